@@ -1,0 +1,48 @@
+#!/bin/bash
+# Install mesos-gpu on a fresh Debian 12 machine, as root, with no hand steps:
+# system packages, a virtual environment in .venv, the project (editable) with
+# its test extras, and the test bed parts the demo and the tests run on.
+# Idempotent: a second run only checks what is already there.
+set -euo pipefail
+cd "$(dirname "$0")"
+ROOT="$(pwd)"
+t0=$(date +%s)
+step() { echo "[install +$(( $(date +%s) - t0 ))s] $*"; }
+
+if [ "$(id -u)" != 0 ]; then
+  echo "install.sh: must run as root (it installs Debian packages and uses cgroups)" >&2; exit 1
+fi
+
+PKGS="docker.io busybox-static libsvn1 libapr1 libcurl4 libsasl2-2 zlib1g libssl3 libssl-dev \
+      g++ gcc curl python3-venv bc iproute2"
+missing=$(for p in $PKGS; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || echo "$p"; done)
+if [ -n "$missing" ]; then
+  step "apt packages: $(echo $missing)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  step "virtual environment .venv"
+  python3 -m venv .venv
+fi
+PIP=".venv/bin/pip"
+if ! .venv/bin/python -c 'import http_parser' 2>/dev/null; then
+  # http-parser 0.9.0 (a pymesos dependency) has a C extension that does not
+  # build on Python >= 3.11; install it with only its pure-Python parser.
+  step "http-parser 0.9.0 (pure-Python parser)"
+  tmp=$(mktemp -d)
+  $PIP download -q --no-deps --no-binary :all: -d "$tmp" http-parser==0.9.0
+  tar xzf "$tmp"/http-parser-0.9.0.tar.gz -C "$tmp"
+  sed -i 's/run_setup(not IS_PYPY)/run_setup(False)/' "$tmp/http-parser-0.9.0/setup.py"
+  rm -f "$tmp"/http-parser-0.9.0/http_parser/*.so
+  $PIP install -q "$tmp/http-parser-0.9.0"
+  rm -rf "$tmp"
+fi
+step "mesos-gpu and its dependencies"
+$PIP install -q -e ".[test]"
+
+step "test bed (Mesos 1.11 local cluster, fake NVML, driver files)"
+.venv/bin/python -m tests.bed build
+step "done: $ROOT/.venv/bin/mesos-gpu"

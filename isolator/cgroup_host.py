@@ -1,0 +1,50 @@
+"""Where this host's cgroup hierarchies are, and which mode it runs in.
+
+- v1: controllers under /sys/fs/cgroup/<controller> (devices among them);
+- v2: one cgroup2 tree at /sys/fs/cgroup;
+- hybrid: v1 controllers plus a cgroup2 tree (usually /sys/fs/cgroup/unified).
+Read from /proc/self/mountinfo, never assumed.
+"""
+from dataclasses import dataclass
+from typing import Dict, Optional
+
+MOUNTINFO = "/proc/self/mountinfo"
+
+
+@dataclass(frozen=True)
+class CgroupHost:
+    mode: str                        # "v1", "v2", "hybrid" or "none"
+    devices_v1: Optional[str]        # mount point of the v1 devices controller
+    unified: Optional[str]           # mount point of the cgroup2 tree
+
+    def to_json(self) -> Dict[str, Optional[str]]:
+        return {"mode": self.mode, "devices_v1": self.devices_v1, "unified": self.unified}
+
+
+def _unescape(path: str) -> str:
+    return path.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n")
+
+
+def detect(mountinfo: str = MOUNTINFO) -> CgroupHost:
+    devices_v1 = unified = None
+    any_v1 = False
+    with open(mountinfo) as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            mount_point = _unescape(left.split()[4])
+            fstype, _source, options = (right.split() + ["", "", ""])[:3]
+            if fstype == "cgroup2" and unified is None:
+                unified = mount_point
+            elif fstype == "cgroup":
+                any_v1 = True
+                if "devices" in options.split(",") and devices_v1 is None:
+                    devices_v1 = mount_point
+    if any_v1 and unified:
+        mode = "hybrid"
+    elif any_v1:
+        mode = "v1"
+    elif unified:
+        mode = "v2"
+    else:
+        mode = "none"
+    return CgroupHost(mode, devices_v1, unified)

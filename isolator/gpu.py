@@ -1,0 +1,52 @@
+"""What the agent knows about a host's GPUs: one record per GPU core."""
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, Optional, Tuple
+
+NVIDIA_MAJOR = 195          # character major of /dev/nvidia<minor> and /dev/nvidiactl
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU core: what `/dev/nvidia<minor>` opens. A K80 board is two."""
+    index: int                      # NVML index
+    minor: int                      # device minor number
+    uuid: str
+    name: str                       # e.g. "Tesla K80"
+    memory_total: int               # bytes
+    pci_bus_id: str                 # e.g. "00000000:04:00.0"
+    compute_capability: str         # e.g. "3.7"
+    board_id: Optional[int] = None  # GPUs on one board share it
+    major: int = NVIDIA_MAJOR
+
+    @property
+    def device_path(self) -> str:
+        return f"/dev/nvidia{self.minor}"
+
+    def to_json(self) -> Dict[str, Any]:
+        d = asdict(self)
+        d["device_path"] = self.device_path
+        return d
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """The result of NVML discovery. With no library or no driver it holds no
+    GPUs and `unavailable` says why, in words an operator can act on."""
+    gpus: Tuple[Gpu, ...] = ()
+    driver_version: Optional[str] = None        # e.g. "535.54.03"
+    cuda_driver_version: Optional[str] = None   # e.g. "12.2"
+    nvml_version: Optional[str] = None
+    library: Optional[str] = None               # the file NVML was loaded from
+    unavailable: Optional[str] = None
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"driver_version": self.driver_version,
+                "cuda_driver_version": self.cuda_driver_version,
+                "nvml_version": self.nvml_version,
+                "library": self.library,
+                "unavailable": self.unavailable,
+                "gpus": [g.to_json() for g in self.gpus]}
+
+    def by_minor(self) -> Dict[int, Gpu]:
+        return {g.minor: g for g in self.gpus}
