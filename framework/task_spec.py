@@ -1,0 +1,161 @@
+"""TaskSpec: one task the scheduler is asked to run, validated up front.
+
+The Marathon-style layer builds these from app definitions; the scheduler
+matches them to offers and turns them into TaskInfos. Everything a user can get
+wrong is checked here, so a bad task is refused before it reaches Mesos, with
+an error that names the field and the reason.
+"""
+import math
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping, Optional
+
+from framework import constraints as constraint_rules
+from framework.constraints import Constraint
+from volumes.errors import UserError
+
+DOCKER = "DOCKER"
+MESOS = "MESOS"
+CONTAINER_TYPES = (DOCKER, MESOS)
+
+# Mesos refuses ids with '/' or control characters, and "." / ".." (they name
+# sandbox directories); whitespace is refused too because ids end up in paths,
+# cgroup names and container names.
+_BAD_ID_CHARACTERS = re.compile(r"[/\\\s\x00-\x1f\x7f]")
+
+
+class TaskSpecError(UserError):
+    """A task description that cannot run; the message names the field."""
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """What to run, with which resources, and where it may go.
+
+    `container` is DOCKER (image required; run by the Docker engine) or MESOS
+    (the unified containerizer: a plain command, or a Docker image's root
+    filesystem). `cmd` is a shell command; `args` an argv (exec'd directly, or
+    appended to the image's entrypoint). `gpus` is a whole number of GPUs.
+    `constraints` takes Marathon's `[field, OPERATOR(, value)]` lists and keeps
+    them parsed.
+    """
+    id: str
+    app_id: str = ""
+    container: str = MESOS
+    image: Optional[str] = None
+    cmd: Optional[str] = None
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    cpus: float = 1.0
+    mem: float = 128.0
+    disk: float = 0.0
+    gpus: int = 0
+    constraints: tuple[Constraint, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._set("id", _check_id(self.id, "id"))
+        self._set("app_id", _check_text(self.app_id, "app_id"))
+        self._set("container", _check_container(self.container))
+        self._set("image", _check_optional_text(self.image, "image"))
+        self._set("cmd", _check_optional_text(self.cmd, "cmd"))
+        self._set("args", _check_args(self.args))
+        self._set("env", _check_mapping(self.env, "env"))
+        self._set("labels", _check_mapping(self.labels, "labels"))
+        for name in ("cpus", "mem", "disk"):
+            self._set(name, _check_amount(getattr(self, name), name))
+        self._set("gpus", check_gpus(self.gpus))
+        self._set("constraints", constraint_rules.parse_all(self.constraints))
+        self._check_command()
+
+    def _set(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+
+    def _check_command(self) -> None:
+        if self.cmd is not None and self.args:
+            raise TaskSpecError(f"task {self.id}: give either cmd or args, not both")
+        if self.container == DOCKER and not self.image:
+            raise TaskSpecError(f"task {self.id}: image: a DOCKER container needs an image")
+        if self.container == MESOS and not self.image and self.cmd is None and not self.args:
+            raise TaskSpecError(f"task {self.id}: cmd: a MESOS container without an image "
+                                f"needs cmd or args")
+
+    @property
+    def uses_gpus(self) -> bool:
+        return self.gpus > 0
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON (constraints as Marathon lists), for the state store."""
+        data = asdict(self)
+        data["args"] = list(self.args)
+        data["env"], data["labels"] = dict(self.env), dict(self.labels)
+        data["constraints"] = [c.as_list() for c in self.constraints]
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "TaskSpec":
+        known = {name: data[name] for name in cls.__dataclass_fields__ if name in data}
+        return cls(**known)
+
+
+def check_gpus(value: Any, name: str = "gpus") -> int:
+    """A whole, non-negative number of GPUs (1.0 is 1; 0.5, -1, true and "1" are refused)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TaskSpecError(f"{name}: must be a whole number of GPUs, got {value!r}")
+    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+        raise TaskSpecError(f"{name}: must be a whole number of GPUs, got {value!r} "
+                            f"(fractional GPUs are not supported)")
+    if value < 0:
+        raise TaskSpecError(f"{name}: must be 0 or more, got {value!r}")
+    return int(value)
+
+
+def _check_id(value: Any, name: str) -> str:
+    text = _check_text(value, name)
+    if not text or text in (".", "..") or _BAD_ID_CHARACTERS.search(text):
+        raise TaskSpecError(f"{name}: {value!r} is not a valid task id (non-empty, no '/', "
+                            f"'\\', whitespace or control characters, not '.' or '..')")
+    return text
+
+
+def _check_text(value: Any, name: str) -> str:
+    if not isinstance(value, str):
+        raise TaskSpecError(f"{name}: must be a string, got {value!r}")
+    return value
+
+
+def _check_optional_text(value: Any, name: str) -> Optional[str]:
+    return None if value is None else _check_text(value, name)
+
+
+def _check_container(value: Any) -> str:
+    kind = _check_text(value, "container").upper()
+    if kind not in CONTAINER_TYPES:
+        raise TaskSpecError(f"container: must be DOCKER or MESOS, got {value!r}")
+    return kind
+
+
+def _check_args(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, (str, bytes)) or not all(isinstance(a, str) for a in value):
+        raise TaskSpecError(f"args: must be a list of strings, got {value!r}")
+    return tuple(value)
+
+
+def _check_mapping(value: Any, name: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise TaskSpecError(f"{name}: must be an object of strings, got {value!r}")
+    for key, item in value.items():
+        if not isinstance(key, str) or not isinstance(item, str):
+            raise TaskSpecError(f"{name}: {key!r} must map a string to a string, got {item!r}")
+    return dict(value)
+
+
+def _check_amount(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not math.isfinite(value) or value < 0:
+        raise TaskSpecError(f"{name}: must be a number 0 or more, got {value!r}")
+    return float(value)
