@@ -1,0 +1,137 @@
+"""The framework's durable state: one SQLite database under `--state_dir`.
+
+Everything the framework must find again after a restart lives here: the Mesos
+framework id (so it re-registers as the same framework and keeps its tasks), the
+apps and deployments of the Marathon-style API, and the last known state of each
+task (so a restarted scheduler can reconcile them with the master).
+
+Records are JSON objects filed under a kind ("app", "deployment", "task", ...)
+and a key. Every write is a SQLite transaction in WAL mode with
+`synchronous=FULL`: a crash leaves either the old or the new state, never half
+of a change. Group several writes into one atomic change with `transaction()`.
+
+Used from several threads (HTTP handlers, the pymesos callback thread): one
+connection guarded by a re-entrant lock.
+"""
+import json
+import logging
+import sqlite3
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Dict, Iterator, Optional
+
+from volumes.errors import UserError
+
+log = logging.getLogger(__name__)
+
+DB_NAME = "state.sqlite3"
+FRAMEWORK_ID = "framework_id"
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS records (
+    kind TEXT NOT NULL,
+    key TEXT NOT NULL,
+    value TEXT NOT NULL,
+    PRIMARY KEY (kind, key)
+);
+CREATE TABLE IF NOT EXISTS meta (
+    name TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+"""
+
+
+class StateStore:
+    """Transactional key/value records of JSON objects, by kind."""
+
+    def __init__(self, state_dir: Path) -> None:
+        state_dir = Path(state_dir)
+        try:
+            state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except OSError as e:
+            raise UserError(f"--state_dir {state_dir}: cannot create it: {e.strerror}") from e
+        self.path = state_dir / DB_NAME
+        self._lock = threading.RLock()
+        self._depth = 0
+        try:
+            self._db = sqlite3.connect(str(self.path), check_same_thread=False,
+                                       isolation_level=None, timeout=10)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.executescript(_SCHEMA)
+        except sqlite3.DatabaseError as e:
+            raise UserError(f"--state_dir {state_dir}: cannot open {self.path}: {e}") from e
+        log.info("state store %s", self.path)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator["StateStore"]:
+        """All writes inside commit together or not at all (nesting joins the outer one)."""
+        with self._lock:
+            if self._depth == 0:
+                self._db.execute("BEGIN IMMEDIATE")
+            self._depth += 1
+            try:
+                yield self
+            except BaseException:
+                self._depth -= 1
+                if self._depth == 0:
+                    self._db.execute("ROLLBACK")
+                raise
+            self._depth -= 1
+            if self._depth == 0:
+                self._db.execute("COMMIT")
+
+    # -- records -----------------------------------------------------------
+    def put(self, kind: str, key: str, value: dict) -> None:
+        text = json.dumps(value, separators=(",", ":"), sort_keys=True)
+        with self.transaction():
+            self._db.execute("INSERT OR REPLACE INTO records (kind, key, value) VALUES (?, ?, ?)",
+                             (kind, key, text))
+
+    def get(self, kind: str, key: str) -> Optional[dict]:
+        with self._lock:
+            row = self._db.execute("SELECT value FROM records WHERE kind = ? AND key = ?",
+                                   (kind, key)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def delete(self, kind: str, key: str) -> None:
+        with self.transaction():
+            self._db.execute("DELETE FROM records WHERE kind = ? AND key = ?", (kind, key))
+
+    def items(self, kind: str) -> Dict[str, dict]:
+        """All records of one kind, by key, in key order."""
+        with self._lock:
+            rows = self._db.execute("SELECT key, value FROM records WHERE kind = ? ORDER BY key",
+                                    (kind,)).fetchall()
+        return {key: json.loads(value) for key, value in rows}
+
+    # -- framework id ------------------------------------------------------
+    def framework_id(self) -> Optional[str]:
+        """The Mesos framework id this framework registered with, if any."""
+        with self._lock:
+            row = self._db.execute("SELECT value FROM meta WHERE name = ?",
+                                   (FRAMEWORK_ID,)).fetchone()
+        return row[0] if row else None
+
+    def set_framework_id(self, value: Optional[str]) -> None:
+        """Remember (or, with None, forget: the master tore the framework down) the id."""
+        with self.transaction():
+            if value is None:
+                self._db.execute("DELETE FROM meta WHERE name = ?", (FRAMEWORK_ID,))
+            else:
+                self._db.execute("INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)",
+                                 (FRAMEWORK_ID, value))
+
+    def snapshot(self) -> Dict[str, Dict[str, str]]:
+        """Every record and meta value as stored text (tests compare before/after)."""
+        with self._lock:
+            rows = self._db.execute("SELECT kind, key, value FROM records").fetchall()
+            meta = self._db.execute("SELECT name, value FROM meta").fetchall()
+        out: Dict[str, Dict[str, str]] = {"meta": dict(meta)}
+        for kind, key, value in rows:
+            out.setdefault(kind, {})[key] = value
+        return out
