@@ -1,0 +1,325 @@
+"""Offer matching: which pending tasks go into which offers.
+
+Resources are whole GPUs plus cpus, mem and disk (counted in thousandths, as
+Mesos does, so 10 x 0.1 cpus fit exactly in 1 cpu). Several tasks may go into
+one offer; what a task takes is subtracted before the next is placed.
+Constraints are Marathon's (`framework.constraints`), checked against the
+instances of the same app already running and those placed in this round.
+
+GPU agents are kept for GPU work (Marathon's `--gpu_scheduling_behavior`):
+`restricted` (the default) keeps a task without GPUs off offers that still hold
+GPUs, `unrestricted` lets it in. A task's label `GPU_SCHEDULING_BEHAVIOR`
+overrides the framework's choice. Either way offers are tried with the fewest
+GPUs first, so small GPU tasks leave whole big agents to big ones.
+
+Speed: 10,000 tasks are not matched one by one. Interchangeable tasks (same
+resources, constraints and GPU behaviour; same app too when a constraint
+depends on where the app already runs) form one group, placed together:
+- the offers a group may use at all (LIKE, UNLIKE, IS, CLUSTER with a value)
+  are worked out once per distinct constraint set, the regexes once per
+  distinct attribute value;
+- a group packs as many tasks into an offer as fit in one step, and a cursor
+  per (offer list, task shape) skips offers already too full for that shape;
+- UNIQUE / MAX_PER / CLUSTER rule an offer out for the rest of the group;
+  GROUP_BY picks the least used value from a heap.
+"""
+import heapq
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+from framework.constraints import Constraint, PlacedValues, meets, offer_fields
+from framework.task_spec import TaskSpec, TaskSpecError
+
+RESTRICTED = "restricted"
+UNRESTRICTED = "unrestricted"
+GPU_SCHEDULING_BEHAVIORS = (RESTRICTED, UNRESTRICTED)
+GPU_SCHEDULING_LABEL = "GPU_SCHEDULING_BEHAVIOR"
+
+# Operators whose answer depends only on the offer, not on earlier placements.
+_STATIC_OPERATORS = frozenset({"LIKE", "UNLIKE", "IS"})
+_MILLI = 1000
+_UNLIMITED = 1 << 30  # a task asking for no resources at all
+
+
+def gpu_behavior(spec: TaskSpec, default: str = RESTRICTED) -> str:
+    """The task's GPU scheduling behaviour: its label, else the framework's."""
+    chosen = spec.labels.get(GPU_SCHEDULING_LABEL, default)
+    if chosen not in GPU_SCHEDULING_BEHAVIORS:
+        raise TaskSpecError(f"labels.{GPU_SCHEDULING_LABEL}: must be one of "
+                            f"{', '.join(GPU_SCHEDULING_BEHAVIORS)}, got {chosen!r}")
+    return chosen
+
+
+def _is_static(constraint: Constraint) -> bool:
+    return constraint.operator in _STATIC_OPERATORS or (
+        constraint.operator == "CLUSTER" and bool(constraint.value))
+
+
+@dataclass
+class OfferSlot:
+    """An offer's unreserved resources, shrinking as tasks are placed in it."""
+    offer_id: str
+    agent_id: str
+    hostname: str
+    cpus: int  # thousandths
+    mem: int
+    disk: int
+    gpus: int
+    fields: dict[str, str]
+    order: int
+    tasks: list[TaskSpec] = field(default_factory=list)
+
+    @classmethod
+    def from_offer(cls, offer: Mapping[str, Any], order: int = 0) -> "OfferSlot":
+        amounts = unreserved_scalars(offer)
+        return cls(offer_id=offer["id"]["value"], agent_id=offer["agent_id"]["value"],
+                   hostname=offer.get("hostname", ""),
+                   cpus=round(amounts.get("cpus", 0.0) * _MILLI),
+                   mem=round(amounts.get("mem", 0.0) * _MILLI),
+                   disk=round(amounts.get("disk", 0.0) * _MILLI),
+                   gpus=int(amounts.get("gpus", 0.0)),
+                   fields=offer_fields(offer), order=order)
+
+
+def unreserved_scalars(offer: Mapping[str, Any]) -> dict[str, float]:
+    """Scalar resources of an offer that are not reserved for a role (only
+    those are used: a task's resources are then plain `{name, scalar}`)."""
+    totals: dict[str, float] = {}
+    for resource in offer.get("resources", ()):
+        if resource.get("type", "SCALAR") != "SCALAR" or "scalar" not in resource:
+            continue
+        if resource.get("reservations") or resource.get("reservation") \
+                or resource.get("role", "*") != "*" or resource.get("disk") \
+                or resource.get("revocable") is not None:
+            continue
+        totals[resource["name"]] = totals.get(resource["name"], 0.0) + resource["scalar"]["value"]
+    return totals
+
+
+@dataclass(frozen=True)
+class _Shape:
+    cpus: int
+    mem: int
+    disk: int
+    gpus: int
+
+
+@dataclass
+class _Group:
+    """Interchangeable pending tasks, in queue order."""
+    shape: _Shape
+    static: tuple[Constraint, ...]
+    dynamic: tuple[Constraint, ...]
+    behavior: str
+    app_id: str
+    tasks: list[TaskSpec]
+
+
+@dataclass
+class MatchResult:
+    placements: dict[str, list[TaskSpec]]  # offer id -> tasks, in placement order
+    slots: dict[str, OfferSlot]            # offer id -> what is left of it
+    unplaced: list[TaskSpec]
+
+
+class Matcher:
+    """Places pending tasks into offers; one `match` call per batch of offers."""
+
+    def __init__(self, gpu_scheduling: str = RESTRICTED) -> None:
+        if gpu_scheduling not in GPU_SCHEDULING_BEHAVIORS:
+            raise TaskSpecError(f"gpu_scheduling: must be one of "
+                                f"{', '.join(GPU_SCHEDULING_BEHAVIORS)}, got {gpu_scheduling!r}")
+        self.gpu_scheduling = gpu_scheduling
+
+    def match(self, pending: Sequence[TaskSpec], offers: Sequence[Mapping[str, Any]],
+              placed: Optional[Mapping[str, Iterable[Mapping[str, str]]]] = None) -> MatchResult:
+        """`placed`: app id -> the `offer_fields` of the agents its running
+        instances sit on (for UNIQUE, CLUSTER, GROUP_BY, MAX_PER)."""
+        return _Round(self, [OfferSlot.from_offer(o, i) for i, o in enumerate(offers)],
+                      placed or {}).run(pending)
+
+
+class _Round:
+    """The state of one matching pass."""
+
+    def __init__(self, matcher: Matcher, slots: list[OfferSlot],
+                 placed: Mapping[str, Iterable[Mapping[str, str]]]) -> None:
+        self.matcher = matcher
+        # fewest GPUs first: small GPU tasks and (unrestricted) CPU tasks go there first
+        self.slots = sorted(slots, key=lambda s: (s.gpus, s.order))
+        self.placed_fields = placed
+        self.placed_values: dict[tuple[str, str], PlacedValues] = {}
+        self.eligible_cache: dict[tuple, list[OfferSlot]] = {}
+        self.verdicts: dict[tuple[Constraint, Optional[str]], bool] = {}
+        self.cursors: dict[tuple, int] = {}
+        self._queue_position: dict[int, int] = {}
+
+    def run(self, pending: Sequence[TaskSpec]) -> MatchResult:
+        unplaced: list[TaskSpec] = []
+        for group in self._groups(pending):
+            self._place_group(group)
+            unplaced.extend(group.tasks)
+        unplaced.sort(key=lambda spec: self._queue_position[id(spec)])
+        placements = {s.offer_id: s.tasks for s in self.slots if s.tasks}
+        return MatchResult(placements, {s.offer_id: s for s in self.slots}, unplaced)
+
+    def _groups(self, pending: Sequence[TaskSpec]) -> list[_Group]:
+        groups: dict[tuple, _Group] = {}
+        for position, spec in enumerate(pending):
+            self._queue_position[id(spec)] = position
+            static = tuple(c for c in spec.constraints if _is_static(c))
+            dynamic = tuple(c for c in spec.constraints if not _is_static(c))
+            shape = _Shape(round(spec.cpus * _MILLI), round(spec.mem * _MILLI),
+                           round(spec.disk * _MILLI), spec.gpus)
+            behavior = gpu_behavior(spec, self.matcher.gpu_scheduling) if not spec.gpus else ""
+            app = spec.app_id if dynamic else ""
+            key = (shape, static, dynamic, behavior, app)
+            group = groups.get(key)
+            if group is None:
+                groups[key] = group = _Group(shape, static, dynamic, behavior, app, [])
+            group.tasks.append(spec)
+        return list(groups.values())  # dicts keep insertion order: queue order
+
+    # -- which offers a group may use at all -----------------------------------------
+
+    def _eligible(self, group: _Group) -> list[OfferSlot]:
+        key = (group.static, group.shape.gpus > 0)
+        found = self.eligible_cache.get(key)
+        if found is None:
+            found = [s for s in self.slots
+                     if (s.gpus > 0 or not group.shape.gpus) and self._static_ok(group.static, s)]
+            self.eligible_cache[key] = found
+        return found
+
+    def _static_ok(self, static: tuple[Constraint, ...], slot: OfferSlot) -> bool:
+        for constraint in static:
+            value = slot.fields.get(constraint.field)
+            verdict = self.verdicts.get((constraint, value))
+            if verdict is None:
+                verdict = self.verdicts[(constraint, value)] = meets(constraint, value)
+            if not verdict:
+                return False
+        return True
+
+    # -- placing ------------------------------------------------------------------------
+
+    def _place_group(self, group: _Group) -> None:
+        offers = self._eligible(group)
+        if not group.dynamic:
+            self._pack(group, offers)
+        elif any(c.operator == "GROUP_BY" for c in group.dynamic):
+            self._place_grouped_by(group, offers)
+        else:
+            self._place_one_by_one(group, offers)
+
+    def _fits(self, slot: OfferSlot, shape: _Shape, behavior: str) -> int:
+        """How many tasks of this shape the slot can still take (0: none)."""
+        if behavior == RESTRICTED and slot.gpus > 0:
+            return 0
+        most = _UNLIMITED
+        if shape.cpus:
+            most = slot.cpus // shape.cpus
+        if shape.mem:
+            most = min(most, slot.mem // shape.mem)
+        if shape.disk:
+            most = min(most, slot.disk // shape.disk)
+        if shape.gpus:
+            most = min(most, slot.gpus // shape.gpus)
+        return most
+
+    def _take(self, slot: OfferSlot, group: _Group, count: int) -> None:
+        shape = group.shape
+        slot.cpus -= shape.cpus * count
+        slot.mem -= shape.mem * count
+        slot.disk -= shape.disk * count
+        slot.gpus -= shape.gpus * count
+        taken, group.tasks = group.tasks[:count], group.tasks[count:]
+        slot.tasks.extend(taken)
+        for constraint in group.dynamic:
+            values = self._placed(group.app_id, constraint.field)
+            for _ in range(count):
+                values.add(slot.fields.get(constraint.field))
+
+    def _pack(self, group: _Group, offers: list[OfferSlot]) -> None:
+        """No constraint depends on earlier placements: fill offers in order.
+        Offers too full for this shape stay behind the shared cursor."""
+        key = (group.static, group.shape, group.behavior)
+        start = self.cursors.get(key, 0)
+        restricted_skipped = False
+        index = start
+        while group.tasks and index < len(offers):
+            slot = offers[index]
+            count = self._fits(slot, group.shape, group.behavior)
+            if count:
+                self._take(slot, group, min(count, len(group.tasks)))
+                if self._fits(slot, group.shape, group.behavior):
+                    break  # the group ran out before the offer did
+            elif group.behavior == RESTRICTED and slot.gpus > 0:
+                restricted_skipped = True  # not "full": a later GPU task may empty it
+            if not restricted_skipped:
+                start = index + 1
+            index += 1
+        self.cursors[key] = start
+
+    def _placed(self, app_id: str, field_name: str) -> PlacedValues:
+        key = (app_id, field_name)
+        values = self.placed_values.get(key)
+        if values is None:
+            values = PlacedValues(fields.get(field_name)
+                                  for fields in self.placed_fields.get(app_id, ()))
+            self.placed_values[key] = values
+        return values
+
+    def _dynamic_ok(self, group: _Group, slot: OfferSlot) -> bool:
+        for constraint in group.dynamic:
+            if not meets(constraint, slot.fields.get(constraint.field),
+                         self._placed(group.app_id, constraint.field)):
+                return False
+        return True
+
+    def _place_one_by_one(self, group: _Group, offers: list[OfferSlot]) -> None:
+        """UNIQUE, MAX_PER, CLUSTER: once an offer is refused it stays refused
+        for this app (counts only grow), so each offer is passed once."""
+        for slot in offers:
+            while group.tasks and self._fits(slot, group.shape, group.behavior) \
+                    and self._dynamic_ok(group, slot):
+                self._take(slot, group, 1)
+            if not group.tasks:
+                return
+
+    def _place_grouped_by(self, group: _Group, offers: list[OfferSlot]) -> None:
+        """GROUP_BY: always try the value with the fewest instances. Offers that
+        are full, or refused by another constraint, are dropped for good; if
+        GROUP_BY refuses even the least used value it refuses all of them."""
+        spread = next(c for c in group.dynamic if c.operator == "GROUP_BY")
+        buckets: dict[str, deque[OfferSlot]] = {}
+        for slot in offers:
+            value = slot.fields.get(spread.field)
+            if value is not None:  # an offer without the field never matches GROUP_BY
+                buckets.setdefault(value, deque()).append(slot)
+        placed = self._placed(group.app_id, spread.field)
+        heap = [(placed.counts.get(value, 0), i, value) for i, value in enumerate(buckets)]
+        heapq.heapify(heap)
+        while group.tasks and heap:
+            count, order, value = heapq.heappop(heap)
+            bucket = buckets[value]
+            while bucket and (not self._fits(bucket[0], group.shape, group.behavior)
+                              or self._refused_by_others(group, bucket[0], spread)):
+                bucket.popleft()
+            if not bucket:
+                continue
+            if not self._dynamic_ok(group, bucket[0]):
+                return
+            self._take(bucket[0], group, 1)
+            heapq.heappush(heap, (count + 1, order, value))
+
+    def _refused_by_others(self, group: _Group, slot: OfferSlot, spread: Constraint) -> bool:
+        """A dynamic constraint other than `spread` refuses the slot (for good:
+        UNIQUE, MAX_PER and CLUSTER never change their mind as counts grow)."""
+        for constraint in group.dynamic:
+            if constraint.operator != "GROUP_BY" and not meets(
+                    constraint, slot.fields.get(constraint.field),
+                    self._placed(group.app_id, constraint.field)):
+                return True
+        return False
