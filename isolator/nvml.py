@@ -11,7 +11,7 @@ import logging
 import os
 import threading
 from contextlib import contextmanager
-from typing import Iterator, List, Optional
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import pynvml
 
@@ -135,3 +135,74 @@ def discover(library: Optional[str] = None) -> Inventory:
     log.info("%d GPU(s) found through %s, driver %s, CUDA %s", len(inv.gpus), inv.library,
              inv.driver_version, inv.cuda_driver_version)
     return inv
+
+
+# --- topology and usage (queried on demand; the allocator and usage() use them) ---
+
+def _nvlink_peers(handle, bus_to_index: Dict[str, int]) -> Dict[int, int]:
+    """NVML index of each GPU at the far end of an active NVLink -> link count."""
+    peers: Dict[int, int] = {}
+    for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
+        try:
+            if pynvml.nvmlDeviceGetNvLinkState(handle, link) != pynvml.NVML_FEATURE_ENABLED:
+                continue
+            remote = _text(pynvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId)
+        except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_InvalidArgument):
+            break                      # no NVLink on this GPU, or past its last link
+        except pynvml.NVMLError:
+            continue
+        peer = bus_to_index.get(remote.upper())
+        if peer is not None:
+            peers[peer] = peers.get(peer, 0) + 1
+    return peers
+
+
+def topology(library: Optional[str] = None) -> Dict[str, Dict]:
+    """How each pair of GPUs is connected, keyed by NVML index:
+    {"ancestor": {(i, j): nvmlGpuTopologyLevel}, "nvlinks": {(i, j): count}}
+    with i < j. A pair NVML cannot answer for is left out (treated as far apart)."""
+    ancestor: Dict[Tuple[int, int], int] = {}
+    nvlinks: Dict[Tuple[int, int], int] = {}
+    try:
+        with session(library):
+            count = pynvml.nvmlDeviceGetCount()
+            handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+            buses = {_text(pynvml.nvmlDeviceGetPciInfo(h).busId).upper(): i
+                     for i, h in enumerate(handles)}
+            for i in range(count):
+                for j in range(i + 1, count):
+                    try:
+                        ancestor[(i, j)] = int(pynvml.nvmlDeviceGetTopologyCommonAncestor(
+                            handles[i], handles[j]))
+                    except pynvml.NVMLError:
+                        pass
+                for j, n in _nvlink_peers(handles[i], buses).items():
+                    if j > i:
+                        nvlinks[(i, j)] = n
+    except NvmlUnavailable as e:
+        log.info("no topology: %s", e)
+    return {"ancestor": ancestor, "nvlinks": nvlinks}
+
+
+def usage(indices: List[int], library: Optional[str] = None) -> Dict[int, Dict]:
+    """Memory, utilisation and compute processes of the GPUs at these NVML indices."""
+    out: Dict[int, Dict] = {}
+    with session(library):
+        for i in indices:
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+            entry: Dict = {"memory_used": int(mem.used), "memory_total": int(mem.total)}
+            try:
+                rates = pynvml.nvmlDeviceGetUtilizationRates(h)
+                entry["gpu_utilization"] = int(rates.gpu)
+                entry["memory_utilization"] = int(rates.memory)
+            except pynvml.NVMLError:
+                entry["gpu_utilization"] = entry["memory_utilization"] = None
+            try:
+                procs = pynvml.nvmlDeviceGetComputeRunningProcesses(h)
+                entry["processes"] = [{"pid": int(p.pid), "memory_used": int(p.usedGpuMemory or 0)}
+                                      for p in procs]
+            except pynvml.NVMLError:
+                entry["processes"] = []
+            out[i] = entry
+    return out

@@ -1,0 +1,69 @@
+"""Device rules enforced by the cgroup v1 devices controller.
+
+A container's cgroup starts with `devices.deny a` (deny everything) and one
+`devices.allow` line per rule. Updates change only the GPU lines that differ,
+so a running process never loses /dev/null for an instant; a list the kernel
+shows that is not ours is reset entirely.
+"""
+import os
+from typing import List, Sequence
+
+from isolator import devices
+from isolator.devices import Rule
+
+
+class CgroupGone(Exception):
+    """The cgroup directory does not exist (any more)."""
+
+
+def _write(path: str, name: str, text: str) -> None:
+    fd = os.open(os.path.join(path, name), os.O_WRONLY)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def create(path: str) -> None:
+    """The cgroup, with every device denied (its parents are created as needed)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    os.mkdir(path)
+    _write(path, "devices.deny", "a")
+
+
+def read_rules(path: str) -> List[Rule]:
+    """The whitelist the kernel holds for this cgroup."""
+    try:
+        with open(os.path.join(path, "devices.list")) as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise CgroupGone(path) from None
+    return [devices.parse_v1(line) for line in text.splitlines() if line.strip()]
+
+
+def apply(path: str, rules: Sequence[Rule]) -> None:
+    """Make the cgroup's whitelist exactly `rules`."""
+    current = read_rules(path)
+    want = {r.to_v1(): r for r in rules}
+    have = {r.to_v1(): r for r in current}
+    if any(r.type == "a" for r in current) or not set(have) <= set(want) | _gpu_lines(have):
+        _write(path, "devices.deny", "a")
+        have = {}
+    for line in have:
+        if line not in want:
+            _write(path, "devices.deny", line)
+    for line in want:
+        if line not in have:
+            _write(path, "devices.allow", line)
+
+
+def _gpu_lines(lines) -> set:
+    """The exact GPU lines, which can be removed one by one with devices.deny."""
+    return {line for line in lines if line.startswith(f"c {devices.NVIDIA_MAJOR}:")
+            and not line.startswith(f"c {devices.NVIDIA_MAJOR}:*")}
+
+
+def move(path: str, pid: int) -> None:
+    if not os.path.isdir(path):
+        raise CgroupGone(path)
+    _write(path, "cgroup.procs", str(pid))

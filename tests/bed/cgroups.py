@@ -1,0 +1,180 @@
+"""GPU device nodes and open() probes on the real cgroup tree.
+
+There is no NVIDIA kernel driver here, so opening a GPU node fails either way;
+the errno tells who refused: ENXIO means the device cgroup let the open
+through and no driver answered; EPERM means the device cgroup denied it.
+
+- `make_device_nodes(dir, minors)`: nvidia<N> (195:N), nvidiactl (195:255),
+  nvidia-uvm / nvidia-uvm-tools with a major other than 195 (uvm's is dynamic);
+- `Prober`: a child process, started outside any test cgroup, that a test (or
+  the daemon's isolate) moves into a cgroup, then asks to open nodes;
+- `probe_in(dirs, paths)`: a child that enters the given cgroups before it runs;
+- `unique_name`, `remove_tree`: cgroup names other test runs never collide
+  with, and removal of everything under one.
+"""
+import errno
+import json
+import os
+import secrets
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Sequence
+
+from tests.bed.paths import BedError
+
+NVIDIA_MAJOR = 195
+CTL_MINOR = 255
+UVM_MAJOR = 240        # in the "local/experimental" range, never a real driver here
+
+_CHILD = r"""
+import errno, json, os, sys
+for line in sys.stdin:
+    out = {}
+    for path in json.loads(line):
+        try:
+            os.close(os.open(path, os.O_RDWR))
+            out[path] = "OK"
+        except OSError as e:
+            out[path] = errno.errorcode.get(e.errno, str(e.errno))
+    print(json.dumps(out), flush=True)
+"""
+
+
+def _mknod(path: Path, major: int, minor: int) -> None:
+    if path.exists():
+        st = path.stat()
+        if stat.S_ISCHR(st.st_mode) and st.st_rdev == os.makedev(major, minor):
+            return
+        path.unlink()
+    os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
+
+
+def make_device_nodes(directory: Path, minors: Iterable[int], uvm_major: int = UVM_MAJOR,
+                      uvm: bool = True, ctl: bool = True) -> Dict[str, Path]:
+    """Character nodes as /dev has them on a GPU host; returns name -> path."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    nodes = {f"nvidia{m}": (NVIDIA_MAJOR, m) for m in minors}
+    if ctl:
+        nodes["nvidiactl"] = (NVIDIA_MAJOR, CTL_MINOR)
+    if uvm:
+        nodes["nvidia-uvm"] = (uvm_major, 0)
+        nodes["nvidia-uvm-tools"] = (uvm_major, 1)
+    out = {}
+    for name, (major, minor) in nodes.items():
+        _mknod(directory / name, major, minor)
+        out[name] = directory / name
+    return out
+
+
+class Prober:
+    """A waiting child process; `open(paths)` reports each path's errno name
+    ("ENXIO", "EPERM", ...) or "OK"."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", _CHILD],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def open(self, paths: Sequence[os.PathLike]) -> Dict[str, str]:
+        if self.proc.poll() is not None:
+            raise BedError(f"prober {self.pid} exited ({self.proc.returncode})")
+        self.proc.stdin.write(json.dumps([str(p) for p in paths]) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise BedError(f"prober {self.pid} died before answering")
+        return json.loads(line)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        for f in (self.proc.stdin, self.proc.stdout):
+            try:
+                f.close()
+            except OSError:
+                pass
+
+    def __enter__(self) -> "Prober":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def probe_in(cgroup_dirs: Sequence[os.PathLike], paths: Sequence[os.PathLike]) -> Dict[str, str]:
+    """Open each path from a child that entered the given cgroups before exec."""
+    def enter() -> None:
+        for d in cgroup_dirs:
+            with open(os.path.join(d, "cgroup.procs"), "w") as f:
+                f.write(str(os.getpid()))
+    script = _CHILD
+    r = subprocess.run([sys.executable, "-I", "-S", "-c", script], preexec_fn=enter,
+                       input=json.dumps([str(p) for p in paths]) + "\n",
+                       capture_output=True, text=True, timeout=30)
+    if r.returncode != 0:
+        raise BedError(f"probe in {list(map(str, cgroup_dirs))} failed: {r.stderr.strip()}")
+    return json.loads(r.stdout)
+
+
+def unique_name(prefix: str = "mesos-gpu-test") -> str:
+    return f"{prefix}-{os.getpid()}-{secrets.token_hex(4)}"
+
+
+def remove_tree(path: os.PathLike, timeout: float = 10.0) -> None:
+    """Remove a cgroup and everything below it, killing what runs there."""
+    path = Path(path)
+    if not path.exists():
+        return
+    for child in sorted((p for p in path.iterdir() if p.is_dir()), reverse=True):
+        remove_tree(child, timeout)
+    deadline = time.monotonic() + timeout
+    while path.exists():
+        try:
+            pids = [int(p) for p in (path / "cgroup.procs").read_text().split()]
+        except FileNotFoundError:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            path.rmdir()
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            if e.errno != errno.EBUSY or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
+def paths_of(nodes: Dict[str, Path], names: Iterable[str]) -> List[Path]:
+    return [nodes[n] for n in names]
+
+
+def expected(nodes: Dict[str, Path], allowed: Iterable[str]) -> Dict[str, str]:
+    """What a probe of all nodes should report when only `allowed` pass."""
+    allowed = set(allowed)
+    return {str(p): ("ENXIO" if name in allowed else "EPERM") for name, p in nodes.items()}
+
+
+def gpu_minors_allowed(result: Dict[str, str], nodes: Dict[str, Path]) -> Optional[List[int]]:
+    """The GPU minors a probe found open-able (ENXIO), from a probe result."""
+    out = []
+    for name, p in nodes.items():
+        if name.startswith("nvidia") and name[6:].isdigit() and result.get(str(p)) == "ENXIO":
+            out.append(int(name[6:]))
+    return sorted(out)
