@@ -1,0 +1,125 @@
+"""TaskInfo builders: a TaskSpec placed on an offer, as the Mesos v1 JSON the
+master accepts, run by this project's executor.
+
+Every task gets its own executor (`mesos-gpu executor`, started by the agent
+through its `mesos` containerizer and posix/linux launcher). The executor does
+the container work itself: it asks the agent daemon for the task's GPUs, then
+starts a Docker container or a unified (cgroup + mount namespace, optionally
+runc) container. So:
+
+- the full task description travels in TaskInfo `data` (base64 JSON of the
+  TaskSpec): that is what the executor reads, whatever the master does with the
+  other fields;
+- TaskInfo `container` still says what the task is (type DOCKER with its image,
+  or type MESOS with or without a Docker image), so the master's and the
+  agent's state show it. The real Mesos 1.11 master accepts both on a task with
+  a custom executor (checked by tests/framework/test_scheduler_e2e.py); the
+  agent's `mesos` containerizer only acts on ExecutorInfo.container, which we
+  leave unset, so it never needs Docker binaries or an image store.
+- the `gpus` scalar is in the task's resources: the master counts it, the
+  agent daemon enforces it.
+"""
+import base64
+import json
+import shlex
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional
+
+from framework.task_spec import DOCKER, TaskSpec
+
+AGENT_SOCKET_ENV = "MESOS_GPU_AGENT_SOCKET"
+DEFAULT_AGENT_SOCKET = "/var/lib/mesos-gpu/agent.sock"
+EXECUTOR_ID_PREFIX = "mesos-gpu."
+
+
+def default_executor_command() -> str:
+    """This Python running the CLI's `executor` subcommand (works from an
+    installed package and from an editable checkout alike)."""
+    return f"{shlex.quote(sys.executable)} -m framework.main executor"
+
+
+@dataclass(frozen=True)
+class ExecutorSettings:
+    """How the agent starts our executor, and what it hands it."""
+    command: str = field(default_factory=default_executor_command)
+    agent_socket: str = DEFAULT_AGENT_SOCKET
+    docker_host: Optional[str] = None  # DOCKER_HOST for the executor; None: its default
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+
+    def environment(self) -> dict[str, str]:
+        env = {AGENT_SOCKET_ENV: self.agent_socket, "PYTHONUNBUFFERED": "1"}
+        if self.docker_host:
+            env["DOCKER_HOST"] = self.docker_host
+        env.update(self.extra_env)
+        return env
+
+
+def scalar(name: str, value: float) -> dict[str, Any]:
+    return {"name": name, "type": "SCALAR", "scalar": {"value": value}}
+
+
+def task_resources(spec: TaskSpec) -> list[dict[str, Any]]:
+    """cpus, mem, disk and gpus as the task asks (zero amounts left out: Mesos
+    refuses empty scalars)."""
+    amounts = (("cpus", spec.cpus), ("mem", spec.mem), ("disk", spec.disk),
+               ("gpus", float(spec.gpus)))
+    return [scalar(name, value) for name, value in amounts if value > 0]
+
+
+def container_info(spec: TaskSpec) -> dict[str, Any]:
+    """ContainerInfo v1 JSON: DOCKER with the image, or MESOS (with the image as
+    a Docker image when there is one)."""
+    if spec.container == DOCKER:
+        return {"type": "DOCKER", "docker": {"image": spec.image, "network": "HOST"}}
+    info: dict[str, Any] = {"type": "MESOS"}
+    if spec.image:
+        info["mesos"] = {"image": {"type": "DOCKER", "docker": {"name": spec.image}}}
+    return info
+
+
+def encode_spec(spec: TaskSpec) -> str:
+    return base64.b64encode(json.dumps(spec.to_json(), sort_keys=True).encode()).decode()
+
+
+def decode_spec(data: str) -> TaskSpec:
+    """The executor's side of `encode_spec`; a TaskSpecError if it is not one."""
+    return TaskSpec.from_json(json.loads(base64.b64decode(data)))
+
+
+def executor_info(spec: TaskSpec, task_id: str, framework_id: str,
+                  settings: ExecutorSettings) -> dict[str, Any]:
+    """One executor per launch attempt, named after it, started with our command."""
+    variables = [{"name": k, "value": v} for k, v in sorted(settings.environment().items())]
+    return {
+        "executor_id": {"value": EXECUTOR_ID_PREFIX + task_id},
+        "framework_id": {"value": framework_id},
+        "name": f"mesos-gpu executor for {spec.id}",
+        "source": spec.app_id or spec.id,
+        "type": "CUSTOM",
+        "command": {"value": settings.command, "shell": True,
+                    "environment": {"variables": variables}},
+    }
+
+
+def labels(values: Mapping[str, str]) -> dict[str, Any]:
+    return {"labels": [{"key": k, "value": v} for k, v in sorted(values.items())]}
+
+
+def build(spec: TaskSpec, agent_id: str, framework_id: str, settings: ExecutorSettings,
+          task_id: Optional[str] = None) -> dict[str, Any]:
+    """The TaskInfo for `spec` on `agent_id` (`task_id`: the Mesos task id of
+    this launch attempt, default the spec's id)."""
+    task_id = task_id or spec.id
+    info = {
+        "name": spec.id,
+        "task_id": {"value": task_id},
+        "agent_id": {"value": agent_id},
+        "resources": task_resources(spec),
+        "executor": executor_info(spec, task_id, framework_id, settings),
+        "container": container_info(spec),
+        "data": encode_spec(spec),
+    }
+    if spec.labels:
+        info["labels"] = labels(spec.labels)
+    return info
