@@ -1,0 +1,427 @@
+"""Marathon app definitions: reading, defaults, rules, updates, and the JSON out.
+
+An app is kept in its canonical form: a plain dict holding every field with its
+default filled in, exactly as GET /v2/apps/{id} shows it (minus the status
+fields). The canonical form is valid input too, so a partial update is "the
+stored app with the given fields replaced, read again".
+
+Defaults and rules follow Marathon 1.10 (`types/app.raml`, `AppValidation`,
+`AppNormalization`), with one deliberate difference: `gpus` work with DOCKER
+containers as well as MESOS ones (Marathon refuses DOCKER).
+
+Only fields Marathon writes are written back, so clients that build objects
+from every key (marathon-python does) keep working.
+"""
+from typing import Any, Dict, List, Optional
+
+from framework import constraints as constraint_rules
+from framework.marathon import ids
+from framework.marathon.json_reader import Reader, child, index
+from framework.marathon.security import DockerPolicy, refusal
+from framework.marathon.validation import Violations
+
+DOCKER, MESOS = "DOCKER", "MESOS"
+DEFAULTS = {
+    "instances": 1, "cpus": 1.0, "mem": 128.0, "disk": 0.0, "gpus": 0,
+    "backoffSeconds": 1, "backoffFactor": 1.15, "maxLaunchDelaySeconds": 300,
+    "executor": "", "requirePorts": False, "killSelection": "YOUNGEST_FIRST", "role": "*",
+}
+DEFAULT_UPGRADE_STRATEGY = {"minimumHealthCapacity": 1.0, "maximumOverCapacity": 1.0}
+DEFAULT_UNREACHABLE_STRATEGY = {"inactiveAfterSeconds": 0, "expungeAfterSeconds": 0}
+DEFAULT_PORT_DEFINITION = {"port": 0, "protocol": "tcp", "name": "default"}
+NETWORK_MODES = ("host", "container/bridge", "container")
+DOCKER_NETWORKS = {"HOST": "host", "BRIDGE": "container/bridge", "USER": "container",
+                   "NONE": "container"}
+CMD_ARGS_OR_CONTAINER = ("AppDefinition must either contain one of 'cmd' or 'args', "
+                         "and/or a 'container'.")
+# Fields this framework stores but cannot honour; refused when non-empty rather
+# than accepted and silently not done.
+NOT_SUPPORTED = {
+    "healthChecks": "health checks are not run by this framework",
+    "readinessChecks": "readiness checks are not run by this framework",
+    "fetch": "fetching URIs is not supported by this framework",
+    "uris": "fetching URIs is not supported by this framework",
+    "secrets": "Feature secrets is not enabled. Enable with --enable_features secrets)",
+    "residency": "resident tasks (local persistent volumes) are not supported by this framework",
+}
+
+
+def read_app(raw: Any, v: Violations, policy: DockerPolicy, app_id: Optional[str] = None) -> Optional[dict]:
+    """A whole app definition in canonical form (None when `v` has errors).
+    `app_id`, when given, is the id from the URL and wins over the body's."""
+    r = Reader(v)
+    body = r.obj(raw, "/")
+    if body is None:
+        return None
+    app: Dict[str, Any] = {}
+    raw_id = app_id if app_id is not None else r.optional(body, "id", "/", r.string)
+    if raw_id is None and app_id is None and body.get("id") is None:
+        v.type_error("/id", "error.path.missing")
+    if raw_id is not None:
+        for problem in ids.errors(raw_id):
+            v.rule("/id", problem)
+        app["id"] = ids.canonical(raw_id)
+    _read_command(r, body, app)
+    _read_resources(r, body, app)
+    _read_scheduling(r, body, app)
+    app["container"] = r.optional(body, "container", "/", lambda c, p: _read_container(r, c, p))
+    _read_networking(r, body, app)
+    for name, reason in NOT_SUPPORTED.items():
+        value = body.get(name)
+        if value not in (None, [], {}):
+            v.rule(f"/{name}", reason)
+    if v:
+        return None
+    _check_rules(app, v, policy)
+    return None if v else app
+
+
+def _read_command(r: Reader, body: dict, app: dict) -> None:
+    app["cmd"] = r.optional(body, "cmd", "/", lambda x, p: r.string(x, p, min_length=1))
+    app["args"] = r.optional(body, "args", "/", lambda x, p: r.array(x, p, r.string))
+    app["user"] = r.optional(body, "user", "/", r.string)
+    app["env"] = r.optional(body, "env", "/", lambda x, p: _read_env(r, x, p), {})
+    app["executor"] = r.optional(body, "executor", "/", r.string, DEFAULTS["executor"])
+    app["labels"] = r.optional(body, "labels", "/", r.string_map, {})
+
+
+def _read_env(r: Reader, value: Any, path: str) -> Optional[dict]:
+    table = r.obj(value, path)
+    if table is None:
+        return None
+    out = {}
+    for name, item in table.items():
+        if isinstance(item, dict) and "secret" in item:
+            r.v.rule(child(path, name), NOT_SUPPORTED["secrets"])
+            continue
+        out[name] = r.string(item, child(path, name))
+    return None if any(item is None for item in out.values()) else out
+
+
+def _read_resources(r: Reader, body: dict, app: dict) -> None:
+    app["instances"] = r.optional(body, "instances", "/", lambda x, p: r.integer(x, p, 0),
+                                  DEFAULTS["instances"])
+    app["cpus"] = r.optional(body, "cpus", "/", lambda x, p: r.number(x, p, 0.001), DEFAULTS["cpus"])
+    app["mem"] = r.optional(body, "mem", "/", lambda x, p: r.number(x, p, 0.0), DEFAULTS["mem"])
+    app["disk"] = r.optional(body, "disk", "/", lambda x, p: r.number(x, p, 0.0), DEFAULTS["disk"])
+    app["gpus"] = r.optional(body, "gpus", "/", lambda x, p: r.integer(x, p, 0), DEFAULTS["gpus"])
+
+
+def _read_scheduling(r: Reader, body: dict, app: dict) -> None:
+    app["constraints"] = r.optional(body, "constraints", "/",
+                                    lambda x, p: r.array(x, p, lambda c, q: _read_constraint(r, c, q)), [])
+    app["acceptedResourceRoles"] = r.optional(body, "acceptedResourceRoles", "/",
+                                              lambda x, p: r.array(x, p, r.string))
+    app["role"] = r.optional(body, "role", "/", lambda x, p: r.string(x, p, 1), DEFAULTS["role"])
+    app["dependencies"] = r.optional(body, "dependencies", "/",
+                                     lambda x, p: r.array(x, p, r.string), [])
+    app["backoffSeconds"] = r.optional(body, "backoffSeconds", "/", lambda x, p: r.integer(x, p, 0),
+                                       DEFAULTS["backoffSeconds"])
+    app["backoffFactor"] = r.optional(body, "backoffFactor", "/", lambda x, p: r.number(x, p, 1.0),
+                                      DEFAULTS["backoffFactor"])
+    app["maxLaunchDelaySeconds"] = r.optional(body, "maxLaunchDelaySeconds", "/",
+                                              lambda x, p: r.integer(x, p, 0),
+                                              DEFAULTS["maxLaunchDelaySeconds"])
+    app["taskKillGracePeriodSeconds"] = r.optional(body, "taskKillGracePeriodSeconds", "/",
+                                                   lambda x, p: r.integer(x, p, 0))
+    app["killSelection"] = r.optional(body, "killSelection", "/",
+                                      lambda x, p: r.enum(x, p, ("YOUNGEST_FIRST", "OLDEST_FIRST")),
+                                      DEFAULTS["killSelection"])
+    app["upgradeStrategy"] = r.optional(body, "upgradeStrategy", "/",
+                                        lambda x, p: _read_upgrade_strategy(r, x, p),
+                                        dict(DEFAULT_UPGRADE_STRATEGY))
+    app["unreachableStrategy"] = r.optional(body, "unreachableStrategy", "/",
+                                            lambda x, p: _read_unreachable(r, x, p),
+                                            dict(DEFAULT_UNREACHABLE_STRATEGY))
+
+
+def _read_constraint(r: Reader, value: Any, path: str) -> Optional[list]:
+    if not isinstance(value, list):
+        r.v.type_error(path, "error.expected.jsarray")
+        return None
+    return r.array(value, path, r.string)
+
+
+def _read_upgrade_strategy(r: Reader, value: Any, path: str) -> Optional[dict]:
+    table = r.obj(value, path)
+    if table is None:
+        return None
+    out = {name: r.optional(table, name, path, lambda x, p: r.number(x, p, 0.0, 1.0), default)
+           for name, default in DEFAULT_UPGRADE_STRATEGY.items()}
+    return None if None in out.values() else out
+
+
+def _read_unreachable(r: Reader, value: Any, path: str) -> Any:
+    if value == "disabled":
+        return "disabled"
+    table = r.obj(value, path)
+    if table is None:
+        return None
+    out = {name: r.optional(table, name, path, lambda x, p: r.integer(x, p, 0), default)
+           for name, default in DEFAULT_UNREACHABLE_STRATEGY.items()}
+    return None if None in out.values() else out
+
+
+def _read_container(r: Reader, value: Any, path: str) -> Optional[dict]:
+    table = r.obj(value, path)
+    if table is None:
+        return None
+    kind = r.optional(table, "type", path, lambda x, p: r.enum(x, p, (DOCKER, MESOS)), DOCKER)
+    docker = r.optional(table, "docker", path, lambda x, p: _read_docker(r, x, p))
+    volumes = r.optional(table, "volumes", path,
+                         lambda x, p: r.array(x, p, lambda vol, q: _read_volume(r, vol, q)), [])
+    mappings = r.optional(table, "portMappings", path,
+                          lambda x, p: r.array(x, p, lambda m, q: _read_port_mapping(r, m, q)))
+    if kind is None or volumes is None:
+        return None
+    container = {"type": kind, "volumes": volumes}
+    if docker is not None:
+        docker_mappings = docker.pop("portMappings", None)
+        if mappings is None:
+            mappings = docker_mappings
+        container["docker"] = docker
+    if mappings is not None:
+        container["portMappings"] = mappings
+    return container
+
+
+def _read_docker(r: Reader, value: Any, path: str) -> Optional[dict]:
+    table = r.obj(value, path)
+    if table is None:
+        return None
+    docker = {
+        "image": r.optional(table, "image", path, r.string),
+        "forcePullImage": r.optional(table, "forcePullImage", path, r.boolean, False),
+        "privileged": r.optional(table, "privileged", path, r.boolean, False),
+        "parameters": r.optional(table, "parameters", path,
+                                 lambda x, p: r.array(x, p, lambda kv, q: _read_parameter(r, kv, q)), []),
+    }
+    network = r.optional(table, "network", path, lambda x, p: r.enum(x, p, tuple(DOCKER_NETWORKS)))
+    if network is not None:
+        docker["network"] = network
+    mappings = r.optional(table, "portMappings", path,
+                          lambda x, p: r.array(x, p, lambda m, q: _read_port_mapping(r, m, q)))
+    if mappings is not None:
+        docker["portMappings"] = mappings
+    if table.get("image") is None:
+        r.v.rule(child(path, "image"), "must not be empty")
+    elif docker["image"] == "":
+        r.v.rule(child(path, "image"), "must not be empty")
+    return docker
+
+
+def _read_parameter(r: Reader, value: Any, path: str) -> Optional[dict]:
+    table = r.obj(value, path)
+    if table is None:
+        return None
+    key = r.string(table.get("key"), child(path, "key"))
+    text = r.string(table.get("value"), child(path, "value"))
+    return None if key is None or text is None else {"key": key, "value": text}
+
+
+def _read_volume(r: Reader, value: Any, path: str) -> Optional[dict]:
+    table = r.obj(value, path)
+    if table is None:
+        return None
+    if "persistent" in table or "external" in table or "secret" in table:
+        r.v.rule(path, "persistent, external and secret volumes are not supported by this framework")
+        return {}
+    volume = {
+        "containerPath": r.optional(table, "containerPath", path, lambda x, p: r.string(x, p, 1)),
+        "hostPath": r.optional(table, "hostPath", path, lambda x, p: r.string(x, p, 1)),
+        "mode": r.optional(table, "mode", path, lambda x, p: r.enum(x, p, ("RO", "RW")), "RW"),
+    }
+    if table.get("containerPath") is None:
+        r.v.type_error(child(path, "containerPath"), "error.path.missing")
+    if volume["hostPath"] is None:
+        del volume["hostPath"]
+    return None if None in volume.values() else volume
+
+
+def _read_port_mapping(r: Reader, value: Any, path: str) -> Optional[dict]:
+    table = r.obj(value, path)
+    if table is None:
+        return None
+    mapping = {
+        "containerPort": r.optional(table, "containerPort", path, lambda x, p: r.integer(x, p, 0, 65535), 0),
+        "protocol": r.optional(table, "protocol", path, r.string, "tcp"),
+        "labels": r.optional(table, "labels", path, r.string_map, {}),
+    }
+    for name in ("hostPort", "servicePort"):
+        number = r.optional(table, name, path, lambda x, p: r.integer(x, p, 0, 65535))
+        if number is not None:
+            mapping[name] = number
+    name = r.optional(table, "name", path, r.string)
+    if name is not None:
+        mapping["name"] = name
+    return None if None in mapping.values() else mapping
+
+
+def _read_networking(r: Reader, body: dict, app: dict) -> None:
+    networks = r.optional(body, "networks", "/",
+                          lambda x, p: r.array(x, p, lambda n, q: _read_network(r, n, q)))
+    docker = (app.get("container") or {}).get("docker") or {}
+    docker_network = docker.pop("network", None)
+    if docker_network is not None and networks is not None:
+        r.v.rule("/", "must not specify both container.docker.network and networks")
+    if networks is None:
+        networks = [{"mode": DOCKER_NETWORKS[docker_network]}] if docker_network else [{"mode": "host"}]
+    app["networks"] = networks
+    ports = r.optional(body, "ports", "/",
+                       lambda x, p: r.array(x, p, lambda n, q: r.integer(n, q, 0, 65535)))
+    definitions = r.optional(body, "portDefinitions", "/",
+                             lambda x, p: r.array(x, p, lambda d, q: _read_port_definition(r, d, q)))
+    if definitions is None and ports is not None:
+        definitions = [{"port": port, "protocol": "tcp"} for port in ports]
+    host_networking = all(n.get("mode") == "host" for n in networks if n)
+    if definitions is None:
+        definitions = [dict(DEFAULT_PORT_DEFINITION)] if host_networking else []
+    app["portDefinitions"] = definitions
+    app["requirePorts"] = r.optional(body, "requirePorts", "/", r.boolean, DEFAULTS["requirePorts"])
+
+
+def _read_network(r: Reader, value: Any, path: str) -> Optional[dict]:
+    table = r.obj(value, path)
+    if table is None:
+        return None
+    mode = r.optional(table, "mode", path, lambda x, p: r.enum(x, p, NETWORK_MODES), "container")
+    network: Dict[str, Any] = {"mode": mode}
+    name = r.optional(table, "name", path, r.string)
+    if name is not None:
+        network["name"] = name
+    labels = r.optional(table, "labels", path, r.string_map)
+    if labels:
+        network["labels"] = labels
+    return None if mode is None else network
+
+
+def _read_port_definition(r: Reader, value: Any, path: str) -> Optional[dict]:
+    table = r.obj(value, path)
+    if table is None:
+        return None
+    out = {"port": r.optional(table, "port", path, lambda x, p: r.integer(x, p, 0, 65535), 0),
+           "protocol": r.optional(table, "protocol", path, r.string, "tcp")}
+    name = r.optional(table, "name", path, r.string)
+    if name is not None:
+        out["name"] = name
+    labels = r.optional(table, "labels", path, r.string_map)
+    if labels:
+        out["labels"] = labels
+    return None if None in out.values() else out
+
+
+# -- rules on a well-typed app ------------------------------------------------
+def _check_rules(app: dict, v: Violations, policy: DockerPolicy) -> None:
+    container = app.get("container")
+    has_cmd, has_args = app["cmd"] is not None, bool(app["args"])
+    runnable_container = container is not None and (
+        container.get("docker") is not None or container["type"] == MESOS)
+    if not ((has_cmd != has_args) or (not (has_cmd and has_args) and runnable_container)):
+        v.rule("/", CMD_ARGS_OR_CONTAINER)
+    if container is not None:
+        _check_container(container, v, policy)
+    for i, raw in enumerate(app["constraints"]):
+        where = f"constraints({i})"
+        try:
+            constraint_rules.parse(raw, where)
+        except constraint_rules.ConstraintError as e:
+            v.rule(f"/{where}", str(e).removeprefix(f"{where}: "))
+    for i, dependency in enumerate(app["dependencies"]):
+        for problem in ids.errors(dependency):
+            v.rule(f"/dependencies({i})", problem)
+    parent = app["id"].rsplit("/", 1)[0] or "/"
+    app["dependencies"] = [ids.canonical(d, parent) for d in app["dependencies"]]
+    host_networking = all(n["mode"] == "host" for n in app["networks"])
+    if not host_networking and app["portDefinitions"]:
+        v.rule("/", "portDefinitions are only allowed with host-networking")
+    if host_networking and container and container.get("portMappings"):
+        v.rule("/", "portMappings are not allowed with host-networking")
+    if app["labels"].get("MARATHON_SINGLE_INSTANCE_APP") == "true" and app["instances"] > 1:
+        v.rule("/", "Single instance app may only have one instance")
+    _check_unique_ports(app["portDefinitions"], v)
+
+
+def _check_container(container: dict, v: Violations, policy: DockerPolicy) -> None:
+    docker = container.get("docker")
+    if container["type"] == DOCKER and docker is None:
+        v.rule("/container/docker", "not defined")
+    if docker is not None:
+        if container["type"] == MESOS:
+            if docker["parameters"]:
+                v.rule("/container/docker/parameters", "must be empty")
+            if docker["privileged"]:
+                v.rule("/container/docker/privileged",
+                       "privileged is only supported with the DOCKER containerizer")
+        elif docker["privileged"] and policy.refuses_privileged():
+            v.rule("/container/docker/privileged", refusal("privileged: true"))
+        for i, parameter in enumerate(docker["parameters"]):
+            if policy.refuses_parameter(parameter["key"], parameter["value"]):
+                v.rule(f"/container/docker/parameters({i})",
+                       refusal(f"the Docker parameter {parameter['key']}={parameter['value']}"))
+    for i, volume in enumerate(container["volumes"]):
+        if "hostPath" in volume and policy.refuses_host_volumes():
+            v.rule(f"/container/volumes({i})/hostPath",
+                   refusal(f"the host volume {volume['hostPath']}"))
+
+
+def _check_unique_ports(definitions: List[dict], v: Violations) -> None:
+    ports = [d["port"] for d in definitions if d["port"] != 0]
+    if len(ports) != len(set(ports)):
+        v.rule("/portDefinitions", "Ports must be unique.")
+    names = [d["name"] for d in definitions if "name" in d]
+    if len(names) != len(set(names)):
+        v.rule("/portDefinitions", "Port names must be unique.")
+
+
+# -- updates --------------------------------------------------------------------
+def merge_update(existing: dict, update: Any) -> Any:
+    """The stored app with the update's fields replaced (PATCH and PUT with
+    partialUpdate). A new `cmd` drops the old `args` and the other way round;
+    the id and version in an update are ignored."""
+    if not isinstance(update, dict):
+        return update
+    merged = {k: v for k, v in existing.items() if k not in ("version", "versionInfo")}
+    for key, value in update.items():
+        if key in ("id", "version", "versionInfo"):
+            continue
+        merged[key] = value
+    if update.get("cmd") is not None:
+        merged.pop("args", None)
+    if update.get("args") is not None:
+        merged.pop("cmd", None)
+    if "networks" in update or "container" in update:
+        if "portDefinitions" not in update and "ports" not in update:
+            merged.pop("portDefinitions", None)
+    return merged
+
+
+def only_scaling(old: dict, new: dict) -> bool:
+    """Whether the change touches nothing but `instances` (no restart needed)."""
+    strip = lambda app: {k: v for k, v in app.items()
+                         if k not in ("instances", "version", "versionInfo")}
+    return strip(old) == strip(new)
+
+
+# -- JSON out ---------------------------------------------------------------------
+_ORDER = ("id", "cmd", "args", "user", "env", "instances", "cpus", "mem", "disk", "gpus",
+          "executor", "constraints", "dependencies", "container", "backoffSeconds",
+          "backoffFactor", "maxLaunchDelaySeconds", "upgradeStrategy", "labels",
+          "acceptedResourceRoles", "requirePorts", "portDefinitions", "networks",
+          "taskKillGracePeriodSeconds", "killSelection", "unreachableStrategy", "role",
+          "version", "versionInfo")
+
+
+def to_json(app: dict) -> dict:
+    """The app as Marathon writes it (no status fields): unset optional fields left out,
+    `fetch` and `healthChecks` always present (empty) as older Marathons wrote them."""
+    out = {key: app[key] for key in _ORDER if app.get(key) is not None}
+    if "args" in out and not out["args"]:
+        del out["args"]
+    out["fetch"] = []
+    out["healthChecks"] = []
+    return out
+
+
+def numbers_as_written(app: dict) -> dict:
+    """Whole floats as ints (`"cpus": 1` not `1.0`), as Marathon's serializer writes them."""
+    return {k: (int(v) if isinstance(v, float) and v.is_integer() else v) for k, v in app.items()}

@@ -1,0 +1,86 @@
+"""Marathon's error answers: the status codes and JSON bodies clients parse.
+
+- 422 `{"message": "Object is not valid", "details": [{"path", "errors"}]}` for
+  rule violations, grouped by path (`/` for rules on the whole app, array
+  indices as `/constraints(0)`), as `api/v2/Validation.scala` writes them;
+- 422 `{"message": "Invalid JSON", "details": [...]}` for JSON of the wrong
+  type (Play's codes: `error.expected.jsstring`, `error.min`, ...), as
+  Marathon 1.10's exception mapper answers;
+- 400 `{"message": "Invalid JSON", ...}` for a body that is not JSON at all;
+- 404 / 409 with `{"message": ...}` (and `deployments` on a lock).
+"""
+from typing import Dict, List, Optional, Sequence
+
+LOCKED_MESSAGE = ("App is locked by one or more deployments. Override with the option "
+                  "'?force=true'. View details at '/v2/deployments/<DEPLOYMENT_ID>'.")
+
+
+class ApiError(Exception):
+    """An answer other than success: HTTP status, JSON body (None: no body)."""
+
+    def __init__(self, status: int, body: Optional[dict], headers: Optional[Dict[str, str]] = None):
+        super().__init__(body.get("message") if body else str(status))
+        self.status = status
+        self.body = body
+        self.headers = headers or {}
+
+
+def message(status: int, text: str) -> ApiError:
+    return ApiError(status, {"message": text})
+
+
+def app_not_found(app_id: str) -> ApiError:
+    return message(404, f"App '{app_id}' does not exist")
+
+
+def task_not_found(task_id: str) -> ApiError:
+    return message(404, f"Task '{task_id}' does not exist")
+
+
+def app_locked(deployment_ids: Sequence[str]) -> ApiError:
+    return ApiError(409, {"message": LOCKED_MESSAGE,
+                          "deployments": [{"id": d} for d in deployment_ids]})
+
+
+def malformed_json(reason: str) -> ApiError:
+    return ApiError(400, {"message": "Invalid JSON",
+                          "details": [{"path": "/", "errors": [reason]}]})
+
+
+class Violations:
+    """Collects (path, error) pairs while a body is read; `raise_if_any` turns them
+    into one 422 with the errors grouped by path in the order first seen."""
+
+    def __init__(self) -> None:
+        self.type_errors: Dict[str, List[str]] = {}
+        self.rule_errors: Dict[str, List[str]] = {}
+
+    def type_error(self, path: str, code: str) -> None:
+        """The JSON has the wrong shape here (Play's error code)."""
+        _add(self.type_errors, path, code)
+
+    def rule(self, path: str, text: str) -> None:
+        """The JSON is well-typed but breaks a rule (Marathon's sentence)."""
+        _add(self.rule_errors, path, text)
+
+    def __bool__(self) -> bool:
+        return bool(self.type_errors or self.rule_errors)
+
+    def raise_if_any(self) -> None:
+        # Marathon reads the JSON first and validates only what it could read,
+        # so type errors win.
+        if self.type_errors:
+            raise ApiError(422, {"message": "Invalid JSON", "details": _details(self.type_errors)})
+        if self.rule_errors:
+            raise ApiError(422, {"message": "Object is not valid",
+                                 "details": _details(self.rule_errors)})
+
+
+def _add(table: Dict[str, List[str]], path: str, text: str) -> None:
+    errors = table.setdefault(path or "/", [])
+    if text not in errors:
+        errors.append(text)
+
+
+def _details(table: Dict[str, List[str]]) -> List[dict]:
+    return [{"path": path, "errors": errors} for path, errors in table.items()]
