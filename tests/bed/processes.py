@@ -151,6 +151,15 @@ def wait_gone(pids: Iterable[int], timeout: float) -> List[int]:
         time.sleep(0.05)
 
 
+def belonging(run_dir: Path) -> List[int]:
+    """`members(run_dir)` and everything below them (a container's processes sit
+    below their shim, in another mount namespace, with an environment of their own)."""
+    found: Set[int] = set(members(run_dir))
+    for pid in list(found):
+        found.update(descendants(pid))
+    return sorted(found)
+
+
 def kill_tree(pid: int, run_dir: Path, grace: float = 5.0) -> None:
     """TERM `pid`, KILL it after `grace` seconds, then TERM/KILL its descendants
     (collected before the signal: the daemon's death orphans them) and any
@@ -160,10 +169,8 @@ def kill_tree(pid: int, run_dir: Path, grace: float = 5.0) -> None:
     if wait_gone([pid], grace):
         signal_all([pid], signal.SIGKILL)
         wait_gone([pid], 2.0)
-    rest = set(tree) | set(members(run_dir))
+    rest = set(tree) | set(belonging(run_dir))
     rest.discard(pid)
-    for p in list(rest):
-        rest.update(descendants(p))
     signal_all(rest, signal.SIGTERM)
     if wait_gone(rest, 1.0):
         signal_all(rest, signal.SIGKILL)
@@ -211,9 +218,7 @@ def sweep_orphans() -> None:
     for run_dir in stale_dirs:
         if not run_dir.startswith("/tmp/"):
             continue
-        pids: Set[int] = set(members(Path(run_dir)))
-        for p in list(pids):
-            pids.update(descendants(p))
+        pids = belonging(Path(run_dir))
         log.warning("killing %d process(es) left by a dead test run in %s", len(pids), run_dir)
         signal_all(pids, signal.SIGKILL)
         wait_gone(pids, 2.0)

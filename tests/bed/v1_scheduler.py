@@ -114,8 +114,8 @@ class SchedulerStream:
         try:
             for event in _records(resp):
                 self.events.put(event)
-        except (OSError, ValueError, http.client.HTTPException):
-            pass
+        except (OSError, ValueError, AttributeError, http.client.HTTPException):
+            pass                 # hung up (AttributeError: http.client, once closed)
         finally:
             self.events.put(None)
 
@@ -186,16 +186,18 @@ class SchedulerStream:
             except OSError:
                 pass
             self.framework_id = None
-        if self._conn is not None:
+        if self._sock is not None:
             try:
                 self._sock.shutdown(2)          # wakes the reader thread
             except OSError:
                 pass
-            self._conn.close()
-            self._conn = None
-        if self._reader is not None:
+        if self._reader is not None:            # join before closing what it reads
             self._reader.join(timeout=5)
             self._reader = None
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+            self._sock = None
 
 
 def collect_offers(master: str, gpu_resources: bool, timeout: float,

@@ -1,0 +1,33 @@
+"""The real cgroup tree of this host, as isolator.cgroup_host finds it."""
+import os
+
+from isolator import cgroup_host
+
+
+def _mounts():
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            fstype, _, options = (right.split() + ["", ""])[:3]
+            yield left.split()[4], fstype, options.split(",")
+
+
+def test_detect_matches_mountinfo():
+    host = cgroup_host.detect()
+    mounts = list(_mounts())
+    v1 = [point for point, fstype, _ in mounts if fstype == "cgroup"]
+    v2 = [point for point, fstype, _ in mounts if fstype == "cgroup2"]
+    devices = [point for point, fstype, opts in mounts if fstype == "cgroup" and "devices" in opts]
+    assert host.devices_v1 == (devices[0] if devices else None)
+    assert host.unified == (v2[0] if v2 else None)
+    assert host.mode == {(True, True): "hybrid", (True, False): "v1",
+                         (False, True): "v2", (False, False): "none"}[(bool(v1), bool(v2))]
+
+
+def test_this_host_has_a_v1_devices_controller_and_a_cgroup2_tree():
+    """Debian 12 test machine, hybrid: both device isolation paths are testable."""
+    host = cgroup_host.detect()
+    assert host.mode == "hybrid"
+    assert os.path.exists(os.path.join(host.devices_v1, "devices.allow"))
+    assert os.path.exists(os.path.join(host.unified, "cgroup.procs"))
+    assert os.path.exists(os.path.join(host.unified, "cgroup.controllers"))
