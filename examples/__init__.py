@@ -1,0 +1,1 @@
+"""Examples a user can copy; each folder is self-contained."""

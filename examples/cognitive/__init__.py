@@ -1,0 +1,1 @@
+"""The cognitive-workload example: see README.md."""
