@@ -59,6 +59,7 @@ class AppManager:
         self.views: Dict[str, TaskView] = {}
         self.kill_requested: Dict[str, float] = {}
         self.submitted: set = set()   # task ids handed to the scheduler by this process
+        self._finished: List[str] = []   # terminal tasks the scheduler may drop now
         self.backoff: Dict[str, Backoff] = {}
         self.last_failure: Dict[str, dict] = {}
         self._grace_until = clock() + startup_grace if self.task_meta else 0.0
@@ -348,6 +349,15 @@ class AppManager:
             except Exception as e:  # the next pass retries
                 log.warning("kill %s failed: %s", task_id, e)
         self._finish_plans()
+        with self.lock:
+            finished, self._finished = self._finished, []
+        for task_id in finished:
+            forget = getattr(self.scheduler, "forget", None)
+            if forget is not None:
+                try:
+                    forget(task_id)
+                except Exception as e:
+                    log.debug("forget %s: %s", task_id, e)
 
     def _refresh_views(self) -> None:
         """Fold the scheduler's task list and queued updates into our views."""
@@ -398,6 +408,7 @@ class AppManager:
             if view.state in FAILED_STATES and view.app_id in self.apps:
                 self._record_failure(view)
             self._forget(view.task_id)
+            self._finished.append(view.task_id)
 
     def _record_failure(self, view: TaskView) -> None:
         app = self.apps[view.app_id]
