@@ -73,14 +73,20 @@ class Allocator:
         self.available |= minors
 
     def keep(self, held: Sequence[int], count: int) -> List[int]:
-        """Which `count` of the held GPUs to keep when a container shrinks."""
-        return sorted(self._best(sorted(held), count, (), pool=set(held)))
+        """Which `count` of the held GPUs (in the order they were granted) to keep
+        when a container shrinks: the best-linked set, else the earliest granted."""
+        if count >= len(held):
+            return list(held)
+        if comb(len(held), count) > EXHAUSTIVE_LIMIT:
+            return list(held[:count])
+        best = min(combinations(range(len(held)), count),
+                   key=lambda pos: (-self.topology.set_score(held[p] for p in pos), pos))
+        return [held[p] for p in best]
 
-    def _best(self, candidates: List[int], count: int, held: Tuple[int, ...],
-              pool: Optional[Set[int]] = None) -> List[int]:
+    def _best(self, candidates: List[int], count: int, held: Tuple[int, ...]) -> List[int]:
         if count == 0:
             return []
-        pool = self.available if pool is None else pool
+        pool = self.available
         if comb(len(candidates), count) <= EXHAUSTIVE_LIMIT:
             sets: Iterable[Tuple[int, ...]] = combinations(candidates, count)
         else:

@@ -1,14 +1,42 @@
-"""Subcommands of the agent-side module: `info` (and, later, `agent`)."""
+"""Subcommands of the agent-side module: `info`, `agent` and `agent flags`."""
 import argparse
 import json
+import sys
 
-from isolator import cgroup_host, nvml
+from isolator import cgroup_host, flags, mesos_agent_flags, nvml
 
 
 def add_nvml_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nvml_library", metavar="PATH",
                    help="load NVML from this file instead of libnvidia-ml.so.1 "
                         f"(also ${nvml.ENV_LIBRARY})")
+
+
+AGENT_DESCRIPTION = """\
+The agent-side module of one GPU node.
+
+`mesos-gpu agent [FLAGS]` runs the daemon: it discovers the GPUs through NVML,
+recovers its ledger (which container holds which GPU) against the kernel and
+Docker, and serves the executors' API on the unix socket <work_dir>/agent.sock
+(mode 0600) until SIGTERM. Each container gets exactly its GPUs: a device
+cgroup denies every other GPU (cgroup v1 devices controller, or an eBPF device
+program on cgroup v2).
+
+`mesos-gpu agent flags [FLAGS]` prints the flags to add to the mesos-agent
+command line: --resources with gpus:N, and --attributes describing the GPUs
+(gpu_type, gpu_model, gpu_types, gpu_memory_mb, gpu_compute_capability,
+nvidia_driver, cuda_driver). gpu_type is the model family normalised to Mesos
+attribute text ("Tesla V100-SXM2-16GB" -> tesla_v100), gpu_model the full name
+(tesla_v100_sxm2_16gb). On a node with several GPU models, gpu_type and
+gpu_model name the most common model (ties: the lowest NVML index), gpu_types
+lists every family joined with '/' (tesla_k80/tesla_v100), and gpu_memory_mb
+and gpu_compute_capability are the minimum over the GPUs, so a constraint is
+never promised more than the weakest GPU a task may get.
+
+Both take the same flags, with the Mesos agent's names and rules: the GPUs
+managed are all GPUs NVML lists, or --nvidia_gpu_devices=I,J together with
+--resources=gpus:N (N equal to their count); gpus:0 manages none.
+"""
 
 
 def register(sub) -> None:
@@ -21,6 +49,33 @@ def register(sub) -> None:
     add_nvml_flag(p)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_info)
+
+    a = sub.add_parser("agent", help="run the GPU agent daemon, or print mesos-agent flags",
+                       description=AGENT_DESCRIPTION,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    a.add_argument("action", nargs="?", choices=("run", "flags"), default="run",
+                   help="run (default): the daemon; flags: print the mesos-agent flags")
+    flags.add_selection_arguments(a)
+    flags.add_daemon_arguments(a)
+    a.set_defaults(func=cmd_agent)
+
+
+def cmd_agent(args) -> int:
+    if args.action == "flags":
+        return cmd_agent_flags(args)
+    from isolator import agent
+    return agent.run(args)
+
+
+def cmd_agent_flags(args) -> int:
+    flags.check_isolation(args.isolation)
+    inv = nvml.discover(args.nvml_library)
+    selection = flags.select_gpus(inv, args.nvidia_gpu_devices, args.resources)
+    if not selection.gpus:
+        print(f"# {selection.reason}", file=sys.stderr)
+    for line in mesos_agent_flags.lines(selection.gpus, inv, args.resources):
+        print(line)
+    return 0
 
 
 def _gib(n: int) -> str:
