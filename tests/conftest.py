@@ -18,7 +18,9 @@ Function scope (everything started is stopped when the test ends)
   environment (FAKE_NVML_CONFIG, MESOS_GPU_NVML_LIBRARY, FAKE_NVML_INIT_ERROR) to
   os.environ with monkeypatch, for in-process `isolator.nvml.discover()`; pass
   `layout.env()` to child processes. Names: k80, v100x8, mixed, nodriver, nolib;
-  or a `fake_nvml.custom(...)` layout.
+  or a `fake_nvml.custom(...)` layout. Caveat: in-process "nolib" is only true in a
+  process that has not loaded the fake library yet (dlopen finds the loaded one by
+  its soname); test "nolib" in a child process.
 - `mesos_cluster(resources="cpus:2;mem:1024;gpus:2", attributes="", env=None, agents=1)`
   -> tests.bed.mesos.LocalCluster: master + agent(s) in one process on a free port,
   registered agents. `.address` "127.0.0.1:PORT", `.state()`, `.agents()`,

@@ -129,7 +129,7 @@ class DockerEngine:
             raise BedError("dockerd not found: install the Debian package docker.io")
         processes.sweep_orphans()
         # Short path: the socket (and containerd's, inside exec root) must fit 108 bytes.
-        self.run_dir = Path(tempfile.mkdtemp(prefix="mgpu-docker-"))
+        self.run_dir = Path(tempfile.mkdtemp(prefix=processes.RUN_DIR_PREFIX + "docker-"))
         (self.run_dir / "daemon.json").write_text("{}\n")   # not the host's /etc/docker
         cmd = [DOCKERD, "--data-root", str(self.run_dir / "data"),
                "--exec-root", str(self.run_dir / "exec"),

@@ -181,7 +181,7 @@ class _MesosProcess:
             raise BedError(f"{self.name} already started on {self.address}")
         processes.sweep_orphans()
         self.prefix = build()
-        self.run_dir = Path(tempfile.mkdtemp(prefix=f"mgpu-{self.name}-"))
+        self.run_dir = Path(tempfile.mkdtemp(prefix=f"{processes.RUN_DIR_PREFIX}{self.name}-"))
         processes.track(self)
         try:
             for attempt in range(3):       # another test may grab the free port first

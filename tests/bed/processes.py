@@ -22,6 +22,7 @@ log = logging.getLogger("bed.processes")
 
 OWNER_VAR = "MGPU_BED_OWNER"   # not MESOS_*: Mesos reads those as flags
 MNT_DETACH = 2
+RUN_DIR_PREFIX = "mgpu-"       # temp run dirs of bed daemons: /tmp/mgpu-<what>-XXXX
 
 
 def _read(path: str) -> bytes:
@@ -216,13 +217,12 @@ def sweep_orphans() -> None:
     gone, and clean their run dirs: a test run killed by SIGKILL leaves them."""
     stale_dirs = {tag.split(":", 1)[1] for tag in tagged().values() if not _owner_alive(tag)}
     for run_dir in stale_dirs:
-        if not run_dir.startswith("/tmp/"):
-            continue
         pids = belonging(Path(run_dir))
         log.warning("killing %d process(es) left by a dead test run in %s", len(pids), run_dir)
         signal_all(pids, signal.SIGKILL)
         wait_gone(pids, 2.0)
-        remove_tree(Path(run_dir))
+        if Path(run_dir).name.startswith(RUN_DIR_PREFIX):   # only what the bed made
+            remove_tree(Path(run_dir))
 
 
 # Daemons still running when the interpreter exits (a test that forgot to stop
