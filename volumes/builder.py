@@ -200,11 +200,10 @@ def _write_file(dest: Path, content, mode: int) -> None:
             os.write(fd, content)
         else:
             remaining = os.fstat(content.fileno()).st_size
-            while remaining > 0:
-                n = os.copy_file_range(content.fileno(), fd, remaining) if hasattr(os, "copy_file_range") \
-                    else os.sendfile(fd, content.fileno(), None, remaining)
+            while remaining > 0:       # in the kernel, no copy through Python
+                n = os.sendfile(fd, content.fileno(), None, remaining)
                 if n == 0:
-                    break
+                    raise UserError(f"{content.name}: shrank while being copied")
                 remaining -= n
         os.fchmod(fd, mode)
         os.fsync(fd)
