@@ -23,7 +23,10 @@ def cmd_build(args) -> int:
     total = time.monotonic()
     for name, build in _parts():
         started = time.monotonic()
-        where = build()
+        try:
+            where = build()
+        except (OSError, subprocess.CalledProcessError) as e:
+            raise BedError(f"building {name} under {BED_DIR}: {e}") from None
         print(f"[bed] {name}: {time.monotonic() - started:.1f} s ({where})", flush=True)
     print(f"[bed] all parts built under {BED_DIR} in {time.monotonic() - total:.1f} s")
     return 0
@@ -56,7 +59,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except (BedError, OSError, subprocess.CalledProcessError) as e:
+    except BedError as e:
         print(f"python -m tests.bed {args.command}: error: {e}", file=sys.stderr)
         return 1
 

@@ -2,12 +2,13 @@
 test set, GPU agents are hidden from frameworks without GPU_RESOURCES, several
 different agents join one master, and stopping leaves nothing behind."""
 import json
-import os
 import subprocess
+import sys
 import urllib.request
 from pathlib import Path
 
 from tests.bed import processes
+from tests.bed.paths import REPO
 from tests.bed.v1_scheduler import SchedulerStream, attributes, scalar
 
 AGENTS = {  # hostname -> (resources, attributes, gpus)
@@ -119,3 +120,22 @@ def test_stop_leaves_no_process_mount_or_cgroup(mesos_cluster):
     assert list(Path("/sys/fs/cgroup").glob(f"*/{cgroups_root}")) == []
     left = subprocess.run(["pgrep", "-f", str(run_dir)], capture_output=True, text=True)
     assert left.stdout == ""
+
+
+ORPHAN = """
+import os, signal
+from tests.bed import mesos
+master = mesos.Master().start()
+print(master.run_dir, master.proc.pid, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)     # dies without stopping its master
+"""
+
+
+def test_daemons_of_a_killed_test_run_are_swept():
+    r = subprocess.run([sys.executable, "-c", ORPHAN], cwd=REPO, capture_output=True, text=True,
+                       timeout=120)
+    run_dir, pid = r.stdout.split()
+    assert processes.alive(int(pid)), "the orphaned master should still run"
+    processes.sweep_orphans()
+    assert not processes.alive(int(pid))
+    assert not Path(run_dir).exists()
