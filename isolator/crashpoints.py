@@ -1,7 +1,8 @@
 """Named points where the daemon can be made to die, for crash-recovery tests.
 
-With MESOS_GPU_CRASH_AT=<point> in its environment the daemon SIGKILLs itself
-when it reaches that point, exactly as a power cut or the OOM killer would
+With MESOS_GPU_CRASH_AT=<point> (or <point>@<container id>, to pick one
+container's request) in its environment the daemon SIGKILLs itself when it
+reaches that point, exactly as a power cut or the OOM killer would
 stop it there. Unset (always, in production) a point costs one comparison.
 """
 import logging
@@ -12,13 +13,14 @@ ENV = "MESOS_GPU_CRASH_AT"
 _armed = os.environ.get(ENV, "")
 log = logging.getLogger("mesos-gpu.agent")
 
-POINTS = ("prepare:after_ledger", "isolate:after_rules", "isolate:after_move",
+POINTS = ("prepare:after_ledger", "isolate:after_move",
           "update:after_ledger", "update:after_kernel", "cleanup:after_kernel")
 
 
-def reached(point: str) -> None:
-    if _armed and _armed == point:
-        log.warning("crash point %s reached: killing myself (%s)", point, ENV)
+def reached(point: str, container_id: str) -> None:
+    if _armed and _armed in (point, f"{point}@{container_id}"):
+        log.warning("crash point %s reached for %s: killing myself (%s)", point,
+                    container_id, ENV)
         for handler in logging.getLogger().handlers:
             handler.flush()
         os.kill(os.getpid(), signal.SIGKILL)

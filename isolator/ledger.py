@@ -7,8 +7,8 @@ the content, so a truncated, torn or hand-edited file is refused with an error
 that names the file and the backup; the daemon never guesses who holds a GPU.
 
 What a crash may lose is only ever on the safe side: the caller writes before
-it answers when a container gains GPUs; a release or an isolate record may be
-written a moment later, because recovery re-derives both from the kernel and
+it answers when a container gains GPUs or is isolated; a release may be
+written a moment later, because recovery re-derives it from the kernel and
 from Docker (see recovery.py).
 """
 import hashlib

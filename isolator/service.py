@@ -4,8 +4,11 @@ One lock serialises every change, so concurrent executors never get the same
 GPU. Order of effects, so that a crash anywhere is safe (see recovery.py):
 - a container gains GPUs in the ledger (written, fsynced) before the kernel
   lets it open them, and before the answer;
+- isolate is recorded before the answer too: recovery tells a container that
+  is isolated and gone (release) from one not isolated yet (wait) by it;
 - it loses them in the kernel first, then in the ledger (written within
-  --ledger_flush_interval, or by the next gain, whichever comes first).
+  --ledger_flush_interval, or by the next durable write, whichever comes
+  first): recovery releases an isolated container whose cgroup is gone.
 """
 import logging
 import os
@@ -137,7 +140,7 @@ class AgentService:
                 del self.holdings[container_id]
                 self.allocator.release(h.gpus)
                 raise
-            crashpoints.reached("prepare:after_ledger")
+            crashpoints.reached("prepare:after_ledger", container_id)
             log.info("prepared %s (%s): GPUs %s (%s)", container_id, kind, list(h.gpus),
                      self.allocator.topology.describe(list(h.gpus)))
             return self._answer(h)
@@ -153,7 +156,7 @@ class AgentService:
             else:
                 h = self._isolate_cgroup(h, pid)
             self.holdings[h.container_id] = h
-            self._save_soon()
+            self._save()        # recovery must know it was isolated: see cleanup
             return self._answer(h)
 
     def _record_docker(self, h: Holding, docker_id: object) -> Holding:
@@ -186,7 +189,7 @@ class AgentService:
             raise BadRequest(f"pid {pid}: the process exited before it could be isolated")
         except OSError as e:
             raise Conflict(f"container {h.container_id}: cannot create its cgroup: {e}")
-        crashpoints.reached("isolate:after_move")
+        crashpoints.reached("isolate:after_move", h.container_id)
         log.info("isolated %s: pid %d in %s, GPUs %s", h.container_id, pid,
                  ", ".join(paths.values()), list(h.gpus))
         return replace(h, state="isolated", cgroups=paths, pid=pid)
@@ -214,7 +217,7 @@ class AgentService:
                       uuids=h.uuids + tuple(g.uuid for g in added))
         self.holdings[h.container_id] = new
         self._save()
-        crashpoints.reached("update:after_ledger")
+        crashpoints.reached("update:after_ledger", h.container_id)
         try:
             if h.state == "isolated":
                 self.cgroups.apply(h.cgroups, self._rules(new.gpus))
@@ -224,7 +227,7 @@ class AgentService:
             self._save_soon()
             raise Gone(f"container {h.container_id}: its cgroup {e} vanished; "
                        "the container is gone, call cleanup") from None
-        crashpoints.reached("update:after_kernel")
+        crashpoints.reached("update:after_kernel", h.container_id)
         log.info("updated %s: GPUs %s -> %s", h.container_id, list(h.gpus), list(new.gpus))
         return new
 
@@ -239,7 +242,7 @@ class AgentService:
             except CgroupVanished as e:
                 raise Gone(f"container {h.container_id}: its cgroup {e} vanished; "
                            "the container is gone, call cleanup") from None
-        crashpoints.reached("update:after_kernel")
+        crashpoints.reached("update:after_kernel", h.container_id)
         self.allocator.release(m for m in h.gpus if m not in keep)
         self.holdings[h.container_id] = new
         self._save()
@@ -252,10 +255,14 @@ class AgentService:
             killed: List[int] = []
             if h.kind == "cgroup":
                 killed = self.cgroups.remove({**self.cgroups.paths(h.container_id), **h.cgroups})
-            crashpoints.reached("cleanup:after_kernel")
+            crashpoints.reached("cleanup:after_kernel", h.container_id)
             self.allocator.release(h.gpus)
             del self.holdings[h.container_id]
-            self._save_soon()
+            if h.state == "prepared":
+                self._save()    # else recovery would wait for an isolate that never comes
+            else:
+                self._save_soon()   # an isolated container without cgroup/Docker
+                                    # container is released by recovery anyway
             if killed:
                 log.info("cleanup of %s killed %d leftover process(es)", container_id, len(killed))
             log.info("cleaned up %s: GPUs %s back to the pool", container_id, list(h.gpus))

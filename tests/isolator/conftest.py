@@ -1,0 +1,155 @@
+"""Fixtures of the agent-side module's tests: device nodes, a unique cgroup root
+(removed at the end), and the real daemon as a child process."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional
+
+import pytest
+
+from isolator import cgroup_host
+from isolator.client import AgentClient
+from tests.bed import cgroups as bed_cgroups
+from tests.bed import fake_nvml
+
+HOST = cgroup_host.detect()
+VERSION_MOUNTS = {"v1": HOST.devices_v1, "v2": HOST.unified}
+
+
+@pytest.fixture
+def cgroups_root() -> Iterator[str]:
+    """A cgroup root name no other test run uses; everything under it is
+    removed (processes killed) when the test ends."""
+    name = bed_cgroups.unique_name("mesos-gpu-test")
+    yield name
+    for mount in VERSION_MOUNTS.values():
+        if mount:
+            bed_cgroups.remove_tree(Path(mount) / name)
+
+
+@pytest.fixture
+def dev_dir(tmp_path) -> Path:
+    """nvidia0..7, nvidiactl and nvidia-uvm(-tools) nodes."""
+    d = tmp_path / "dev"
+    bed_cgroups.make_device_nodes(d, range(8))
+    return d
+
+
+class Daemon:
+    """`mesos-gpu agent` as a child process on a fake NVML layout."""
+    started = 0
+
+    def __init__(self, work_dir: Path, dev_dir: Path, cgroups_root: str, layout: str = "v100x8",
+                 device_cgroup: str = "v1", extra: Optional[List[str]] = None,
+                 env: Optional[Dict[str, str]] = None) -> None:
+        self.work_dir = Path(work_dir)
+        self.args = ["--work_dir", str(work_dir), "--dev_dir", str(dev_dir),
+                     "--cgroups_root", cgroups_root, "--device_cgroup", device_cgroup,
+                     "--docker_socket", "none", "--driver_volume", "none",
+                     "--ledger_flush_interval", "0.2", *(extra or [])]
+        self.layout = fake_nvml.layout(layout) if isinstance(layout, str) else layout
+        self.env = {**os.environ, **self.layout.env(), **(env or {})}
+        for key in ("MESOS_GPU_NVML_LIBRARY", "FAKE_NVML_INIT_ERROR"):
+            if key not in self.layout.env() and key not in (env or {}):
+                self.env.pop(key, None)
+        self.proc: Optional[subprocess.Popen] = None
+        Daemon.started += 1
+        self.log_path = self.work_dir.parent / f"{self.work_dir.name}.{Daemon.started}.log"
+        self.client = AgentClient(str(self.work_dir / "agent.sock"), timeout=30)
+
+    def start(self, wait: bool = True) -> "Daemon":
+        self.log_file = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "framework.main", "agent", *self.args],
+            env=self.env, stdout=self.log_file, stderr=subprocess.STDOUT)
+        if wait:
+            self.wait_ready()
+        return self
+
+    def wait_ready(self, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"agent exited {self.proc.returncode}:\n{self.log()}")
+            if "serving the agent API" in self.log():
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"agent not ready after {timeout}s:\n{self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15) -> int:
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = self.proc.wait()
+        self.log_file.close()
+        return rc
+
+    def kill9(self) -> int:
+        return self.stop(signal.SIGKILL)
+
+    def run_to_exit(self, timeout: float = 30) -> int:
+        """Start and wait for exit (a daemon that refuses its flags)."""
+        self.start(wait=False)
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            self.log_file.close()
+
+
+@pytest.fixture
+def daemon_factory(tmp_path, dev_dir, cgroups_root):
+    started: List[Daemon] = []
+
+    def make(layout="v100x8", device_cgroup="v1", extra=None, env=None, work_dir=None,
+             start=True) -> Daemon:
+        d = Daemon(work_dir or tmp_path / "work", dev_dir, cgroups_root, layout,
+                   device_cgroup, extra, env)
+        started.append(d)
+        return d.start() if start else d
+    yield make
+    for d in started:
+        d.stop(signal.SIGKILL)
+
+
+@pytest.fixture
+def probers() -> Iterator[List[bed_cgroups.Prober]]:
+    made: List[bed_cgroups.Prober] = []
+    yield made
+    for p in made:
+        p.close()
+
+
+def new_prober(probers: List[bed_cgroups.Prober]) -> bed_cgroups.Prober:
+    p = bed_cgroups.Prober()
+    probers.append(p)
+    return p
+
+
+def gpu_nodes(dev_dir: Path, minors=range(8)) -> List[Path]:
+    return [dev_dir / f"nvidia{m}" for m in minors]
+
+
+def open_gpus(prober: bed_cgroups.Prober, dev_dir: Path) -> Dict[int, str]:
+    """minor -> "ENXIO" (allowed, no driver) / "EPERM" (denied) for nvidia0..7."""
+    result = prober.open(gpu_nodes(dev_dir))
+    return {m: result[str(dev_dir / f"nvidia{m}")] for m in range(8)}
+
+
+def only(minors, n: int = 8) -> Dict[int, str]:
+    """What open_gpus should see when exactly `minors` are granted."""
+    return {m: ("ENXIO" if m in set(minors) else "EPERM") for m in range(n)}
+
+
+def minors_of(answer: Dict) -> List[int]:
+    return [g["minor"] for g in answer["gpus"]]
