@@ -164,7 +164,12 @@ class VolumePlugin:
 
 class _Handler(BaseHTTPRequestHandler):
     server: "PluginServer"
-    protocol_version = "HTTP/1.1"
+
+    def handle(self) -> None:
+        try:
+            super().handle()
+        except (BrokenPipeError, ConnectionResetError):
+            log.debug("volume plugin: a client went away mid-request")
 
     def do_POST(self) -> None:
         accept = self.headers.get("Accept", "")
