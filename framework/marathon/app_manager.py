@@ -119,9 +119,9 @@ class AppManager:
             now = timestamp(self.clock())
             app = self._versioned(app, None, now)
             plan = deployments.new_plan(app_id, START, now, None, app)
-            self._commit(app_id, app, plan)
             self.events.publish("api_post_event", clientIp="", uri=f"/v2/apps{app_id}",
                                 appDefinition=app)
+            self._commit(app_id, app, plan)
             return app, plan
 
     def update(self, app_id: str, app: dict, force: bool) -> Tuple[dict, bool]:
@@ -133,9 +133,9 @@ class AppManager:
             app = self._versioned(app, old, now)
             action = START if old is None else (SCALE if only_scaling(old, app) else RESTART)
             plan = deployments.new_plan(app_id, action, now, old, app)
-            self._commit(app_id, app, plan)
             self.events.publish("api_post_event", clientIp="", uri=f"/v2/apps{app_id}",
                                 appDefinition=app)
+            self._commit(app_id, app, plan)
             return plan, old is None
 
     def delete(self, app_id: str, force: bool) -> dict:

@@ -18,6 +18,7 @@ TERMINAL_STATES = frozenset({
 # inactiveAfterSeconds 0: replace at once), but not forgotten.
 INACTIVE_STATES = frozenset({"TASK_UNREACHABLE"})
 QUEUED = "TASK_STAGING"
+SCHEDULER_PENDING = "PENDING"   # framework.scheduler: not launched (yet, or again)
 
 
 def _get(record: Any, *names: str) -> Any:
@@ -97,6 +98,9 @@ def view_of(record: Any) -> Optional[TaskView]:
     if not task_id:
         return None
     state = _text(_get(record, "state")) or QUEUED
+    if state == SCHEDULER_PENDING:      # waiting for an offer (or a retry): queued, on no agent yet
+        return TaskView(task_id=task_id, state=QUEUED, message=_text(_get(record, "message")),
+                        from_scheduler=True)
     gpus = _get(record, "gpu_uuids", "gpus") or ()
     if isinstance(gpus, str):
         gpus = tuple(u for u in gpus.split(",") if u)

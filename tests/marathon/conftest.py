@@ -1,0 +1,62 @@
+"""Fixtures of the Marathon API tests.
+
+`framework_stack`: ONE real local Mesos cluster (master + agent with 4 GPUs
+offered) for the module, and a factory that starts the whole `mesos-gpu
+framework` service (GPU scheduler registered with that master, app manager,
+HTTP server on a free port) on a state directory, stopped at the end.
+"""
+import argparse
+import time
+from typing import Callable, Iterator, List
+
+import pytest
+
+from framework.marathon.service import FrameworkService, add_arguments
+from tests.bed.mesos import LocalCluster
+from tests.marathon.http_client import Client
+
+GPU_AGENT = dict(resources="cpus:8;mem:8192;disk:4096;gpus:4", attributes="gpu_type:tesla_k80")
+
+
+def framework_args(master: str, state_dir, *extra: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser.parse_args(["--master", master, "--state_dir", str(state_dir),
+                              "--http_port", "0", *extra])
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    with LocalCluster(**GPU_AGENT) as running:
+        yield running
+
+
+@pytest.fixture
+def start_framework(cluster) -> Iterator[Callable[..., FrameworkService]]:
+    started: List[FrameworkService] = []
+
+    def start(state_dir, *extra: str) -> FrameworkService:
+        service = FrameworkService(framework_args(cluster.address, state_dir, *extra)).start()
+        started.append(service)
+        assert service.scheduler.wait_subscribed(30), "the scheduler did not subscribe"
+        return service
+
+    yield start
+    for service in started:
+        if not service.http.closing.is_set():
+            service.stop()
+
+
+def wait_for(predicate: Callable[[], object], timeout: float = 30.0, interval: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {predicate}")
+        time.sleep(interval)
+
+
+def client_of(service: FrameworkService, **headers) -> Client:
+    return Client(service.http.url, headers or None)
