@@ -1,0 +1,580 @@
+"""The GPU scheduler: a pymesos framework (v1 HTTP API) that runs TaskSpecs.
+
+    sched = GpuScheduler(SchedulerConfig(master="127.0.0.1:5050"), store)
+    sched.on_update(print)
+    sched.start()
+    sched.submit(TaskSpec(id="train.1", container="DOCKER", image="cuda:12", gpus=1))
+    sched.tasks(); sched.kill("train.1"); sched.stop()
+
+What it does with the master:
+- subscribes with the GPU_RESOURCES capability (without it Mesos hides GPU
+  agents) and a failover timeout; the framework id is kept in the store, so a
+  restarted scheduler subscribes as the same framework and its tasks live on;
+- reconciles on every (re)subscription: explicitly for the tasks it knows,
+  then implicitly (tasks it does not know are killed, as Marathon does);
+- acknowledges status updates itself, after the new state is stored;
+- matches offers (`framework.matching`), declines the rest with a refuse
+  filter, suppresses offers when nothing waits and revives when work arrives;
+- retries a failed launch attempt with exponential back-off (a new Mesos task
+  id per attempt: `<id>`, `<id>.retry1`, ...), unless the executor said a retry
+  cannot help (bad image, CUDA mismatch, no Docker engine) or the task is invalid;
+- kills (and re-sends the kill until a terminal update arrives).
+
+Everything is keyed by TaskSpec.id. State changes are written to the store
+before anything is sent to Mesos (write-ahead), so a crash at any point is
+healed by reconciliation on restart.
+"""
+import logging
+import os
+import pwd
+import socket
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Mapping, Optional, Protocol
+
+from framework import taskinfo
+from framework.constraints import offer_fields
+from framework.matching import RESTRICTED, Matcher, gpu_behavior
+from framework.mesos_driver import SchedulerDriver
+from framework.task_spec import TaskSpec
+from volumes.errors import UserError
+
+log = logging.getLogger(__name__)
+
+PENDING = "PENDING"  # ours: waiting for an offer (or for its back-off to end)
+TERMINAL_STATES = frozenset({"TASK_FINISHED", "TASK_FAILED", "TASK_KILLED", "TASK_ERROR",
+                             "TASK_LOST", "TASK_DROPPED", "TASK_GONE",
+                             "TASK_GONE_BY_OPERATOR"})
+RETRYABLE_STATES = frozenset({"TASK_FAILED", "TASK_LOST", "TASK_DROPPED", "TASK_GONE"})
+RECORD_KIND = "scheduler.task"
+MAINTENANCE_INTERVAL = 1.0
+
+
+class SchedulerStore(Protocol):
+    """What the scheduler keeps across restarts (framework.state_store.StateStore
+    is the SQLite one)."""
+
+    def framework_id(self) -> Optional[str]: ...
+    def set_framework_id(self, value: Optional[str]) -> None: ...
+    def put(self, kind: str, key: str, value: dict) -> None: ...
+    def delete(self, kind: str, key: str) -> None: ...
+    def items(self, kind: str) -> dict[str, dict]: ...
+    def transaction(self) -> Any: ...
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Launch attempts per task and the wait before each retry
+    (`backoff_seconds * factor ** (attempt - 1)`, at most `max_backoff_seconds`)."""
+    max_attempts: int = 3
+    backoff_seconds: float = 1.0
+    factor: float = 2.0
+    max_backoff_seconds: float = 300.0
+
+    def delay(self, attempts: int) -> float:
+        return min(self.max_backoff_seconds, self.backoff_seconds * self.factor ** (attempts - 1))
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    master: str
+    name: str = "mesos-gpu"
+    user: str = field(default_factory=lambda: pwd.getpwuid(os.getuid()).pw_name)
+    role: str = "*"
+    failover_timeout: float = 7 * 24 * 3600.0
+    gpu_resources: bool = True       # the GPU_RESOURCES capability
+    gpu_scheduling: str = RESTRICTED
+    refuse_seconds: float = 30.0     # filter on declined offers (revive clears it)
+    reconcile_interval: float = 600.0
+    kill_resend_seconds: float = 10.0
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    executor: taskinfo.ExecutorSettings = field(default_factory=taskinfo.ExecutorSettings)
+
+
+@dataclass
+class TaskRecord:
+    """What the scheduler knows of one task (copies are handed out)."""
+    spec: TaskSpec
+    state: str = PENDING
+    mesos_task_id: str = ""
+    agent_id: Optional[str] = None
+    hostname: Optional[str] = None
+    agent_fields: dict[str, str] = field(default_factory=dict)
+    gpus: list[str] = field(default_factory=list)
+    message: str = ""
+    reason: str = ""
+    attempts: int = 0
+    not_before: float = 0.0
+    kill_requested: bool = False
+    kill_sent_at: float = 0.0
+    updated: float = field(default_factory=time.time)
+
+    @property
+    def id(self) -> str:
+        return self.spec.id
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    @property
+    def launched(self) -> bool:
+        return self.state != PENDING and not self.terminal
+
+    def to_json(self) -> dict[str, Any]:
+        data = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        data["spec"] = self.spec.to_json()
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "TaskRecord":
+        values = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        values["spec"] = TaskSpec.from_json(data["spec"])
+        return cls(**values)
+
+
+def attempt_task_id(spec_id: str, attempt: int) -> str:
+    return spec_id if attempt <= 1 else f"{spec_id}.retry{attempt - 1}"
+
+
+def _labels(status: Mapping[str, Any]) -> dict[str, str]:
+    return {label["key"]: label.get("value", "")
+            for label in (status.get("labels") or {}).get("labels", [])}
+
+
+class GpuScheduler:
+    """Runs TaskSpecs on a Mesos cluster; thread-safe public methods."""
+
+    def __init__(self, config: SchedulerConfig, store: SchedulerStore) -> None:
+        self.config = config
+        self.store = store
+        self.matcher = Matcher(config.gpu_scheduling)
+        self._lock = threading.RLock()
+        self._records: dict[str, TaskRecord] = {}
+        self._by_mesos_id: dict[str, str] = {}
+        self._callbacks: list[Callable[[TaskRecord], None]] = []
+        self._driver: Optional[SchedulerDriver] = None
+        self._suppressed = False
+        self._subscribed = threading.Event()
+        self._stop = threading.Event()
+        self._maintenance: Optional[threading.Thread] = None
+        self._last_reconcile = 0.0
+        self._restart_driver = False
+        self._recover()
+
+    # -- public API -------------------------------------------------------------------
+
+    def start(self) -> "GpuScheduler":
+        self._stop.clear()
+        self._start_driver()
+        self._maintenance = threading.Thread(target=self._maintain, name="scheduler-maintenance",
+                                             daemon=True)
+        self._maintenance.start()
+        return self
+
+    def stop(self, teardown: bool = False) -> None:
+        """Disconnect. The framework stays registered (its tasks keep running,
+        and a restart picks them up) unless `teardown`: then Mesos kills them all."""
+        self._stop.set()
+        driver = self._driver
+        if driver is not None:
+            driver.stop(failover=not teardown)
+            driver.join()
+            self._driver = None
+        if self._maintenance is not None:
+            self._maintenance.join()
+            self._maintenance = None
+        if teardown:
+            self.store.set_framework_id(None)
+        self._subscribed.clear()
+        log.info("scheduler stopped (%s)", "framework torn down" if teardown else "failover")
+
+    def wait_subscribed(self, timeout: float) -> bool:
+        return self._subscribed.wait(timeout)
+
+    @property
+    def framework_id(self) -> Optional[str]:
+        return self.store.framework_id()
+
+    def submit(self, spec: TaskSpec) -> TaskRecord:
+        """Queue a task; it launches when a matching offer comes."""
+        if not isinstance(spec, TaskSpec):
+            raise UserError(f"submit: expected a TaskSpec, got {type(spec).__name__}")
+        gpu_behavior(spec, self.config.gpu_scheduling)  # refuse a bad label now
+        if spec.gpus and not self.config.gpu_resources:
+            raise UserError(f"task {spec.id}: gpus: this framework runs without the "
+                            f"GPU_RESOURCES capability, so it never gets GPU offers")
+        with self._lock:
+            if spec.id in self._records:
+                raise UserError(f"task {spec.id}: a task with this id already exists")
+            record = TaskRecord(spec=spec, message="waiting for a matching offer")
+            self._records[spec.id] = record
+            self._save(record)
+            copy = self._copy(record)
+        log.info("task %s queued (%s, %g cpus, %g MB, %d GPUs)", spec.id, spec.container,
+                 spec.cpus, spec.mem, spec.gpus)
+        self._revive()
+        self._notify(copy)
+        return copy
+
+    def kill(self, task_id: str) -> TaskRecord:
+        """Kill a task: a waiting one is dropped at once, a launched one gets
+        TASK_KILLED from Mesos."""
+        with self._lock:
+            record = self._records.get(task_id)
+            if record is None:
+                raise UserError(f"kill: no task {task_id!r}")
+            if record.terminal:
+                return self._copy(record)
+            record.kill_requested = True
+            if record.state == PENDING:
+                self._set_state(record, "TASK_KILLED", "killed before it was launched")
+            else:
+                record.kill_sent_at = time.time()
+                self._save(record)
+            copy = self._copy(record)
+        if copy.state == "TASK_KILLED":
+            self._notify(copy)
+        else:
+            log.info("killing task %s (%s)", task_id, copy.mesos_task_id)
+            self._call("killTask", {"value": copy.mesos_task_id})
+        return copy
+
+    def forget(self, task_id: str) -> None:
+        """Drop a finished task's record."""
+        with self._lock:
+            record = self._records.get(task_id)
+            if record is None:
+                return
+            if not record.terminal:
+                raise UserError(f"forget: task {task_id!r} is still {record.state}; kill it first")
+            del self._records[task_id]
+            self._by_mesos_id.pop(record.mesos_task_id, None)
+            self.store.delete(RECORD_KIND, task_id)
+
+    def tasks(self) -> list[TaskRecord]:
+        """Every known task (copies), in submission order."""
+        with self._lock:
+            return [self._copy(r) for r in self._records.values()]
+
+    def task(self, task_id: str) -> Optional[TaskRecord]:
+        with self._lock:
+            record = self._records.get(task_id)
+            return self._copy(record) if record else None
+
+    def on_update(self, callback: Callable[[TaskRecord], None]) -> None:
+        """Call `callback(record copy)` after every state change of any task."""
+        self._callbacks.append(callback)
+
+    # -- pymesos callbacks (the driver's IO thread) ------------------------------------------
+
+    def registered(self, driver: SchedulerDriver, framework_id: Mapping, master_info: Mapping) -> None:
+        self.store.set_framework_id(framework_id["value"])
+        log.info("subscribed as framework %s to master %s:%s", framework_id["value"],
+                 master_info.get("hostname"), master_info.get("port"))
+        self._after_subscription(driver)
+
+    def reregistered(self, driver: SchedulerDriver, master_info: Mapping) -> None:
+        log.info("re-subscribed as framework %s to master %s:%s", driver.framework_id,
+                 master_info.get("hostname"), master_info.get("port"))
+        self._after_subscription(driver)
+
+    def disconnected(self, driver: SchedulerDriver) -> None:
+        self._subscribed.clear()
+        log.warning("disconnected from the master; pymesos reconnects")
+
+    def error(self, driver: SchedulerDriver, message: str) -> None:
+        log.error("master error: %s", message)
+        if "removed" in message.lower() or "torn down" in message.lower():
+            self._framework_removed()
+
+    def resourceOffers(self, driver: SchedulerDriver, offers: list[dict]) -> None:
+        with self._lock:
+            now = time.time()
+            waiting = [r.spec for r in self._records.values()
+                       if r.state == PENDING and r.not_before <= now and not r.kill_requested]
+            if not waiting:
+                self._decline(offers)
+                self._suppress_if_idle()
+                return
+            result = self.matcher.match(waiting, offers, self._placed_by_app())
+            by_id = {o["id"]["value"]: o for o in offers}
+            launches = self._record_launches(result.placements, by_id)
+        for offer_id, tasks in launches.items():
+            log.info("launching %s on %s", ", ".join(t["task_id"]["value"] for t in tasks),
+                     by_id[offer_id].get("hostname"))
+            self._call("launchTasks", [{"value": offer_id}], tasks,
+                       {"refuse_seconds": self.config.refuse_seconds})
+        self._decline([o for o in offers if o["id"]["value"] not in launches])
+
+    def offerRescinded(self, driver: SchedulerDriver, offer_id: Mapping) -> None:
+        log.debug("offer %s rescinded", offer_id.get("value"))
+
+    def statusUpdate(self, driver: SchedulerDriver, status: dict) -> None:
+        mesos_id = status["task_id"]["value"]
+        with self._lock:
+            record = self._records.get(self._by_mesos_id.get(mesos_id, ""))
+            current = record is not None and record.mesos_task_id == mesos_id
+            if current:
+                self._apply_status(record, status)
+                copy = self._copy(record)
+        if not current and status["state"] not in TERMINAL_STATES:
+            log.warning("killing task %s: not one of ours (or an old attempt)", mesos_id)
+            self._call("killTask", {"value": mesos_id})
+        if status.get("uuid"):
+            self._call("acknowledgeStatusUpdate", status)
+        if current:
+            self._notify(copy)
+
+    def slaveLost(self, driver: SchedulerDriver, agent_id: Mapping) -> None:
+        log.warning("agent %s lost", agent_id.get("value"))
+
+    def executorLost(self, driver: SchedulerDriver, executor_id: Mapping, agent_id: Mapping,
+                     status: Any) -> None:
+        log.warning("executor %s on agent %s ended (status %s)", executor_id.get("value"),
+                    agent_id.get("value"), status)
+
+    def frameworkMessage(self, driver: SchedulerDriver, executor_id: Mapping, agent_id: Mapping,
+                         message: str) -> None:
+        log.debug("message from executor %s", executor_id.get("value"))
+
+    def processHeartBeat(self, driver: SchedulerDriver) -> None:
+        pass
+
+    def inverseOffers(self, driver: SchedulerDriver, offers: list) -> None:
+        pass
+
+    def inverseOfferRescinded(self, driver: SchedulerDriver, offer_id: Mapping) -> None:
+        pass
+
+    def operationStatusUpdate(self, driver: SchedulerDriver, status: dict) -> None:
+        pass
+
+    # -- offers and launches ------------------------------------------------------------------------
+
+    def _placed_by_app(self) -> dict[str, list[dict[str, str]]]:
+        placed: dict[str, list[dict[str, str]]] = {}
+        for record in self._records.values():
+            if record.launched:
+                placed.setdefault(record.spec.app_id, []).append(record.agent_fields)
+        return placed
+
+    def _record_launches(self, placements: Mapping[str, list[TaskSpec]],
+                         offers: Mapping[str, dict]) -> dict[str, list[dict]]:
+        """Mark placed tasks TASK_STAGING in the store (before the ACCEPT goes
+        out) and build their TaskInfos."""
+        framework_id = self.store.framework_id() or ""
+        launches: dict[str, list[dict]] = {}
+        with self.store.transaction():
+            for offer_id, specs in placements.items():
+                offer = offers[offer_id]
+                agent_id = offer["agent_id"]["value"]
+                fields = offer_fields(offer)
+                for spec in specs:
+                    record = self._records[spec.id]
+                    record.attempts += 1
+                    self._by_mesos_id.pop(record.mesos_task_id, None)
+                    record.mesos_task_id = attempt_task_id(spec.id, record.attempts)
+                    self._by_mesos_id[record.mesos_task_id] = spec.id
+                    record.agent_id, record.hostname = agent_id, offer.get("hostname")
+                    record.agent_fields, record.gpus = fields, []
+                    self._set_state(record, "TASK_STAGING", f"launching on {record.hostname}")
+                    launches.setdefault(offer_id, []).append(taskinfo.build(
+                        spec, agent_id, framework_id, self.config.executor, record.mesos_task_id))
+        return launches
+
+    def _decline(self, offers: list[dict]) -> None:
+        if offers:
+            self._call("declineOffer", [o["id"] for o in offers],
+                       {"refuse_seconds": self.config.refuse_seconds})
+
+    def _has_waiting_work(self) -> bool:
+        return any(r.state == PENDING and not r.kill_requested for r in self._records.values())
+
+    def _suppress_if_idle(self) -> None:
+        with self._lock:
+            if self._suppressed or self._has_waiting_work():
+                return
+            self._suppressed = True
+        log.info("nothing waits: suppressing offers")
+        self._call("suppressOffers")
+
+    def _revive(self) -> None:
+        with self._lock:
+            self._suppressed = False
+        self._call("reviveOffers")
+
+    # -- status updates ---------------------------------------------------------------------------
+
+    def _apply_status(self, record: TaskRecord, status: Mapping[str, Any]) -> None:
+        state = status["state"]
+        labels = _labels(status)
+        if taskinfo.GPUS_LABEL in labels:
+            record.gpus = [u for u in labels[taskinfo.GPUS_LABEL].split(",") if u]
+        if status.get("agent_id"):
+            record.agent_id = status["agent_id"]["value"]
+        record.reason = status.get("reason", "")
+        message = status.get("message", "") or state
+        if state in RETRYABLE_STATES and self._should_retry(record, status, labels):
+            delay = self.config.retry.delay(record.attempts)
+            record.not_before = time.time() + delay
+            self._set_state(record, PENDING, f"attempt {record.attempts} ended {state}: "
+                            f"{message}; retrying in {delay:g}s")
+            log.warning("task %s: %s", record.id, record.message)
+            return
+        self._set_state(record, state, message)
+        level = logging.WARNING if state in ("TASK_FAILED", "TASK_ERROR", "TASK_LOST") else logging.INFO
+        log.log(level, "task %s: %s %s", record.mesos_task_id, state, status.get("message", ""))
+
+    def _should_retry(self, record: TaskRecord, status: Mapping[str, Any],
+                      labels: Mapping[str, str]) -> bool:
+        if record.kill_requested or labels.get(taskinfo.RETRY_LABEL) == "false":
+            return False
+        if status.get("reason") == "REASON_TASK_INVALID":
+            return False
+        return record.attempts < self.config.retry.max_attempts
+
+    def _set_state(self, record: TaskRecord, state: str, message: str) -> None:
+        record.state, record.message, record.updated = state, message, time.time()
+        self._save(record)
+
+    # -- subscription, reconciliation, maintenance ------------------------------------------------
+
+    def _framework_info(self) -> dict[str, Any]:
+        info: dict[str, Any] = {
+            "user": self.config.user, "name": self.config.name,
+            "hostname": socket.gethostname(), "failover_timeout": self.config.failover_timeout,
+            "checkpoint": True,  # executors and tasks survive an agent restart
+            "capabilities": [{"type": "GPU_RESOURCES"}] if self.config.gpu_resources else [],
+        }
+        if self.config.role != "*":
+            info["role"] = self.config.role
+        framework_id = self.store.framework_id()
+        if framework_id:
+            info["id"] = {"value": framework_id}
+        return info
+
+    def _start_driver(self) -> None:
+        info = self._framework_info()
+        log.info("connecting to Mesos master %s as %s (framework id %s, GPU_RESOURCES %s)",
+                 self.config.master, info["name"], info.get("id", {}).get("value", "new"),
+                 "on" if self.config.gpu_resources else "off")
+        self._driver = SchedulerDriver(self, info, self.config.master,
+                                       implicit_acknowledgements=False, failover=True)
+        self._driver.start()
+
+    def _after_subscription(self, driver: SchedulerDriver) -> None:
+        self._subscribed.set()
+        self._reconcile()
+        with self._lock:
+            idle = not self._has_waiting_work()
+            self._suppressed = idle
+        self._call("suppressOffers" if idle else "reviveOffers")
+
+    def _reconcile(self) -> None:
+        """Ask the master for the state of every launched task, then for every
+        task it has for us (unknown ones get killed in statusUpdate)."""
+        with self._lock:
+            known = [{"task_id": {"value": r.mesos_task_id}, "agent_id": {"value": r.agent_id}}
+                     for r in self._records.values() if r.launched and r.agent_id]
+        self._last_reconcile = time.time()
+        log.info("reconciling %d launched task(s)", len(known))
+        if known:
+            self._call("reconcileTasks", known)
+        self._call("reconcileTasks", [])
+
+    def _framework_removed(self) -> None:
+        """The master forgot us (failover timeout passed, or torn down): its
+        tasks are gone. Forget the id, requeue what was running, subscribe anew."""
+        log.error("the master removed this framework: re-subscribing as a new one")
+        self.store.set_framework_id(None)
+        with self._lock:
+            for record in self._records.values():
+                if record.launched:
+                    record.not_before = 0.0
+                    self._set_state(record, PENDING, "framework was removed by the master; "
+                                    "relaunching")
+        self._restart_driver = True
+
+    def _maintain(self) -> None:
+        """Once a second: revive for tasks whose back-off ended, re-send kills,
+        reconcile periodically, restart an aborted driver."""
+        while not self._stop.wait(MAINTENANCE_INTERVAL):
+            try:
+                self._maintain_once()
+            except Exception:
+                log.exception("scheduler maintenance failed")
+
+    def _maintain_once(self) -> None:
+        now = time.time()
+        driver = self._driver
+        if driver is not None and not self._stop.is_set() \
+                and (driver.stopped.is_set() or self._restart_driver):
+            self._restart_driver = False
+            log.warning("restarting the scheduler driver")
+            if not driver.stopped.is_set():
+                driver.stop(failover=True)
+                driver.join()
+            self._start_driver()
+            return
+        with self._lock:
+            backoff_over = any(r.state == PENDING and 0 < r.not_before <= now
+                               and not r.kill_requested for r in self._records.values())
+            for record in self._records.values():
+                if record.state == PENDING and 0 < record.not_before <= now:
+                    record.not_before = 0.0
+            kills = [r for r in self._records.values() if r.kill_requested and r.launched
+                     and now - r.kill_sent_at >= self.config.kill_resend_seconds]
+            for record in kills:
+                record.kill_sent_at = now
+        if backoff_over:
+            self._revive()
+        for record in kills:
+            log.info("re-sending kill for task %s", record.mesos_task_id)
+            self._call("killTask", {"value": record.mesos_task_id})
+        if self._subscribed.is_set() and now - self._last_reconcile >= self.config.reconcile_interval:
+            self._reconcile()
+
+    # -- helpers --------------------------------------------------------------------------------------
+
+    def _recover(self) -> None:
+        for key, data in self.store.items(RECORD_KIND).items():
+            try:
+                record = TaskRecord.from_json(data)
+            except (UserError, KeyError, TypeError) as e:
+                log.error("dropping unreadable task record %s: %s", key, e)
+                continue
+            self._records[record.id] = record
+            if record.mesos_task_id:
+                self._by_mesos_id[record.mesos_task_id] = record.id
+        if self._records:
+            launched = sum(r.launched for r in self._records.values())
+            log.info("recovered %d task(s) from the store, %d launched", len(self._records),
+                     launched)
+
+    def _save(self, record: TaskRecord) -> None:
+        self.store.put(RECORD_KIND, record.id, record.to_json())
+
+    @staticmethod
+    def _copy(record: TaskRecord) -> TaskRecord:
+        return replace(record, agent_fields=dict(record.agent_fields), gpus=list(record.gpus))
+
+    def _notify(self, record: TaskRecord) -> None:
+        for callback in list(self._callbacks):
+            try:
+                callback(record)
+            except Exception:
+                log.exception("task update callback failed for %s", record.id)
+
+    def _call(self, method: str, *args: Any) -> None:
+        """A driver call; a failure is logged (reconciliation and the
+        maintenance loop heal what it leaves undone)."""
+        driver = self._driver
+        if driver is None:
+            return
+        try:
+            getattr(driver, method)(*args)
+        except Exception as e:
+            log.warning("%s failed: %s", method, e)
+
