@@ -116,11 +116,12 @@ def build_service(args) -> AgentService:
 def _housekeeping(service: AgentService, stop: threading.Event, flush_every: float) -> None:
     """Flush deferred ledger writes; give back GPUs of never-isolated containers."""
     since_reap = 0.0
+    reap_every = min(REAP_EVERY, service.prepare_timeout / 2)
     while not stop.wait(flush_every):
         try:
             service.flush()
             since_reap += flush_every
-            if since_reap >= REAP_EVERY:
+            if since_reap >= reap_every:
                 since_reap = 0.0
                 service.reap()
         except Exception:                        # keep serving; the next round retries
