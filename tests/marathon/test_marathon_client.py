@@ -1,0 +1,64 @@
+"""An existing Marathon client works unchanged: marathon-python 0.13 (the
+`marathon` package) builds its objects from every key we return, so a field
+Marathon does not send would break it."""
+import collections
+import collections.abc
+
+from marathon import MarathonClient, MarathonHttpError, NotFoundError
+from marathon.models import MarathonApp, MarathonConstraint
+from marathon.models.container import MarathonContainer, MarathonDockerContainer
+
+import pytest
+
+from tests.marathon.conftest import wait_for
+
+# marathon-python 0.13 (its last release) still uses collections.Iterable, gone
+# since Python 3.10, when it encodes nested objects; give it the old name back.
+# This fixes the client library on this Python, not anything on our side.
+collections.Iterable = collections.abc.Iterable
+
+
+def test_marathon_python_client_round_trip(start_framework, tmp_path):
+    service = start_framework(tmp_path / "state")
+    client = MarathonClient(service.http.url)
+    assert client.ping().strip() in (b"pong", "pong", b'"pong"')
+    info = client.get_info()
+    assert info.framework_id == service.scheduler.framework_id
+
+    gpu_app = MarathonApp(
+        cmd="nvidia-smi -L && sleep 1000", cpus=0.1, mem=32, gpus=1, instances=1,
+        constraints=[MarathonConstraint("gpu_type", "IS", "no_such_gpu")],   # waits in the queue
+        container=MarathonContainer(type="DOCKER", docker=MarathonDockerContainer(image="cuda:12")),
+        labels={"team": "vision"})
+    created = client.create_app("/vision/train", gpu_app)
+    assert created.id == "/vision/train" and created.gpus == 1
+    assert created.container.type == "DOCKER" and created.container.docker.image == "cuda:12"
+
+    listed = client.list_apps(embed_tasks=True, embed_counts=True)
+    assert [a.id for a in listed] == ["/vision/train"]
+    shown = client.get_app("/vision/train", embed_tasks=True)
+    assert shown.instances == 1 and shown.tasks == [] and shown.labels == {"team": "vision"}
+    deployments = client.list_deployments()
+    assert deployments[0].affected_apps == ["/vision/train"]
+    assert [q.app.id for q in client.list_queue()] == ["/vision/train"]
+    assert client.list_tasks("/vision/train") == [] and client.list_tasks() == []
+
+    with pytest.raises(MarathonHttpError) as locked:      # the deployment still runs
+        client.scale_app("/vision/train", instances=0)
+    assert locked.value.status_code == 409
+    scaled = client.scale_app("/vision/train", instances=0, force=True)
+    assert set(scaled) == {"version", "deploymentId"}
+    wait_for(lambda: client.list_deployments() == [])
+    assert client.get_app("/vision/train").instances == 0
+
+    restarted = client.restart_app("/vision/train")
+    assert "deploymentId" in restarted
+    with pytest.raises(NotFoundError):
+        client.kill_task("/vision/train", "vision_train.nope")
+    with pytest.raises(MarathonHttpError) as invalid:
+        client.create_app("/bad", MarathonApp(cmd="x", gpus=-1))
+    assert invalid.value.status_code == 422
+    wait_for(lambda: client.list_deployments() == [])
+    assert "deploymentId" in client.delete_app("/vision/train")
+    with pytest.raises(NotFoundError):
+        client.get_app("/vision/train")
