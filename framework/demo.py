@@ -10,7 +10,7 @@ import time
 from typing import Dict, List, Optional
 
 from framework.embedded import test_bed
-from isolator import nvml
+from isolator import mesos_agent_flags, nvml
 from isolator.gpu import Inventory
 from volumes.errors import UserError
 
@@ -40,9 +40,13 @@ def discover_or_simulate(library: Optional[str]) -> Inventory:
     return nvml.discover(env["MESOS_GPU_NVML_LIBRARY"])
 
 
-def agent_resources(inv: Inventory) -> Dict[str, str]:
-    from isolator import agent_flags
-    return agent_flags.mesos_agent_settings(inv)
+def agent_settings(inv: Inventory) -> Dict[str, str]:
+    """--resources and --attributes as `mesos-gpu agent flags` prints them."""
+    settings = {"resources": "", "attributes": ""}
+    for line in mesos_agent_flags.lines(inv.gpus, inv, "cpus:2;mem:2048;disk:4096"):
+        name, _, value = line.lstrip("-").partition("=")
+        settings[name] = value
+    return settings
 
 
 def wait_for_offer(address: str, timeout: float) -> List[dict]:
@@ -85,7 +89,7 @@ def describe_offer(offer: dict) -> str:
 def run(args) -> int:
     t0 = time.time()
     inv = discover_or_simulate(args.nvml_library)
-    settings = agent_resources(inv)
+    settings = agent_settings(inv)
     test_bed()
     from tests.bed import mesos
     say("[demo] building/checking the local Mesos 1.11 cluster (first run downloads ~27 MB)")
