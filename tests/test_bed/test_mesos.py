@@ -108,7 +108,8 @@ def test_stop_leaves_no_process_mount_or_cgroup(mesos_cluster):
     with SchedulerStream(cluster.address, gpu_resources=True) as stream:
         (offer,) = stream.offers(15, until=bool)
         assert _launch_sleep(stream, offer) == "TASK_RUNNING"
-        assert _sleepers(run_dir), "the task's process is not found"
+        # The executor reports TASK_RUNNING just before it starts the command.
+        processes.wait_until(lambda: _sleepers(run_dir), 15, "the task's sleep process")
         assert processes.mounts_under(run_dir), "filesystem/linux made no bind mount"
         cgroup_dirs = list(Path("/sys/fs/cgroup").glob(f"*/{cgroups_root}"))
         assert cgroup_dirs, "the linux launcher made no cgroup"
