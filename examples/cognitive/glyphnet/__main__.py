@@ -35,6 +35,7 @@ def _positive(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .serve import __doc__ as serve_doc
     parser = argparse.ArgumentParser(
         prog="python3 -m glyphnet",
         description="A small glyph classifier (8x8 digits drawn in code, an MLP trained with "
@@ -52,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="exit 1 if the test accuracy ends below this [%(default)s]")
 
     s = sub.add_parser("serve", help="the inference service: GET /health, POST /predict",
-                       description="Serve the classifier over HTTP (trains one first without --model).")
+                       description=serve_doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     s.add_argument("--model", metavar="PATH", help="a model saved by `train` [train one at start]")
     s.add_argument("--host", default="127.0.0.1",
                    help="address to listen on; 0.0.0.0 exposes it beyond this host [%(default)s]")

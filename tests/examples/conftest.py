@@ -1,0 +1,40 @@
+"""Fixtures of the examples/ tests: how to run the glyphnet workload as a user
+would (its own process, `python -m glyphnet`), and the real NVIDIA 535 libcuda
+from the test bed's driver tree (no GPU here: its cuInit fails for real)."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, Optional, Sequence
+
+import pytest
+
+from tests.bed import driver_files
+from tests.bed.paths import REPO
+
+COGNITIVE = REPO / "examples" / "cognitive"
+
+
+def workload_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """os.environ with glyphnet importable and no libcuda to find: this machine
+    has none, but a stray LD_LIBRARY_PATH or $GLYPHNET_LIBCUDA must not decide it."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("GLYPHNET_LIBCUDA", "LD_LIBRARY_PATH", "MESOS_SANDBOX", "PORT0", "PORT")}
+    env["PYTHONPATH"] = str(COGNITIVE)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra or {})
+    return env
+
+
+def run_glyphnet(args: Sequence[str], env: Optional[Dict[str, str]] = None,
+                 cwd: Optional[Path] = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "glyphnet", *args], env=workload_env(env),
+                          cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def real_libcuda() -> Path:
+    """libcuda.so.1 of the NVIDIA 535 driver, as Debian ships it."""
+    lib = (driver_files.build() / "usr/lib/x86_64-linux-gnu/nvidia/current/libcuda.so.1")
+    assert lib.exists(), f"the test bed's driver tree has no {lib}"
+    return lib
