@@ -138,10 +138,17 @@ def _build(version: str, driver_root: Path, volume_root: Path,
                     "method": "hardlink" if methods == {"hardlink"} else
                               "copy" if methods == {"copy"} else "mixed",
                     "entries": entries}
-        _write_file(tmp / MANIFEST, json.dumps(manifest, indent=1).encode(), 0o444)
-        for d in [*(tmp / s for s in SUBDIRS), tmp]:
+        # Compact JSON: the C encoder (indenting falls back to pure Python).
+        _write_file(tmp / MANIFEST, json.dumps(manifest, separators=(",", ":")).encode(), 0o444,
+                    sync=False)
+        dirs = [*(tmp / s for s in SUBDIRS), tmp]
+        for d in dirs:
             os.chmod(d, 0o555)
-            _fsync_dir(d)
+        # All changes first, then the fsyncs: on a journaling filesystem the first
+        # commits them all and the rest find nothing left to do.
+        _fsync(tmp / MANIFEST)
+        for d in dirs:
+            _fsync(d)
         if final.exists() or final.is_symlink():
             trash = volume_root / f".{PREFIX}{version}.trash-{secrets.token_hex(4)}"
             os.rename(final, trash)
@@ -149,7 +156,9 @@ def _build(version: str, driver_root: Path, volume_root: Path,
             _remove_tree(trash)
         else:
             os.rename(tmp, final)
-        _fsync_dir(volume_root)
+        # No fsync of the volume root after the rename: a rename lost to a power
+        # cut only means the next build() builds again; what must never happen, a
+        # final name over a partial tree, the fsyncs above already rule out.
     except BaseException:
         _remove_tree(tmp)
         raise
@@ -161,23 +170,23 @@ def _build(version: str, driver_root: Path, volume_root: Path,
 def _populate(tmp: Path, comps: components_mod.Components, progress: Optional[Progress],
               total: int) -> List[Dict[str, Any]]:
     entries: List[Dict[str, Any]] = [{"path": s, "type": "dir"} for s in SUBDIRS]
-    items = [(b.dest, b.source, True, ()) for b in comps.binaries]
-    items += [(lib.dest, lib.source, False, lib.links) for lib in comps.libraries]
+    items = [(b.dest, str(b.source), True, ()) for b in comps.binaries]
+    items += [(lib.dest, str(lib.source), False, lib.links) for lib in comps.libraries]
+    base = str(tmp)
     for done, (dest, source, executable, links) in enumerate(items, 1):
-        how = _place(source, tmp / dest, executable)
-        entries.append(_file_entry(tmp, dest, source, how))
-        directory = dest.rsplit("/", 1)[0]
+        how = _place(source, f"{base}/{dest}", executable)
+        entries.append(_file_entry(base, dest, source, how))
+        directory, filename = dest.rsplit("/", 1)
         for link in links:
-            os.symlink(Path(dest).name, tmp / directory / link)
-            entries.append({"path": f"{directory}/{link}", "type": "link",
-                            "target": Path(dest).name})
+            os.symlink(filename, f"{base}/{directory}/{link}")
+            entries.append({"path": f"{directory}/{link}", "type": "link", "target": filename})
         log.debug("volume: %s (%s) %d/%d", dest, how, done, total)
         if progress is not None:
             progress(done, total, dest)
     return entries
 
 
-def _place(source: Path, dest: Path, executable: bool) -> str:
+def _place(source: str, dest: str, executable: bool) -> str:
     """Hard link `source` at `dest`, or copy it where a link cannot be made."""
     try:
         os.link(source, dest)
@@ -192,8 +201,8 @@ def _place(source: Path, dest: Path, executable: bool) -> str:
     return "copy"
 
 
-def _write_file(dest: Path, content, mode: int) -> None:
-    """Create `dest` with `content` (bytes or an open file), fsync, then set `mode`."""
+def _write_file(dest: Union[str, Path], content, mode: int, sync: bool = True) -> None:
+    """Create `dest` with `content` (bytes or an open file) and `mode`; fsync it."""
     fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         if isinstance(content, bytes):
@@ -206,17 +215,18 @@ def _write_file(dest: Path, content, mode: int) -> None:
                     raise UserError(f"{content.name}: shrank while being copied")
                 remaining -= n
         os.fchmod(fd, mode)
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
 
 
-def _file_entry(tmp: Path, dest: str, source: Path, how: str) -> Dict[str, Any]:
-    st = os.lstat(tmp / dest)
+def _file_entry(base: str, dest: str, source: str, how: str) -> Dict[str, Any]:
     src = os.stat(source)
+    st = src if how == "hardlink" else os.lstat(f"{base}/{dest}")     # a link is the same inode
     return {"path": dest, "type": "file", "how": how, "size": st.st_size,
             "ino": st.st_ino, "mtime_ns": st.st_mtime_ns, "mode": stat.S_IMODE(st.st_mode),
-            "source": str(source), "source_ino": src.st_ino, "source_size": src.st_size,
+            "source": source, "source_ino": src.st_ino, "source_size": src.st_size,
             "source_mtime_ns": src.st_mtime_ns}
 
 
@@ -364,7 +374,7 @@ def _discard(root: Path, version: str) -> bool:
         return False
     trash = root / f".{PREFIX}{version}.trash-{secrets.token_hex(4)}"
     os.rename(final, trash)
-    _fsync_dir(root)
+    _fsync(root)
     _remove_tree(trash)
     log.info("removed driver volume %s", final)
     return True
@@ -401,8 +411,9 @@ def _locked(root: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+def _fsync(path: Path) -> None:
+    """fsync a file or directory by name."""
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:

@@ -127,14 +127,15 @@ def gather(root: Union[str, Path] = "/", cache: Optional[ldcache.Cache] = None,
     if cache is None:
         cache = ldcache.read(root=root)
     skipped: List[Tuple[str, str]] = []
-    libraries = _libraries(root, cache, machine or platform.machine(), skipped)
-    binaries = _binaries(root, search_path)
+    resolver = rootpath.Resolver(root)
+    libraries = _libraries(resolver, cache, machine or platform.machine(), skipped)
+    binaries = _binaries(resolver, search_path)
     log.debug("driver tree %s: %d binaries, %d libraries, %d skipped", root,
               len(binaries), len(libraries), len(skipped))
     return Components(root, tuple(binaries), tuple(libraries), tuple(skipped))
 
 
-def _libraries(root: Path, cache: ldcache.Cache, machine: str,
+def _libraries(resolver: rootpath.Resolver, cache: ldcache.Cache, machine: str,
                skipped: List[Tuple[str, str]]) -> List[Library]:
     arches = _HOST_ARCHES.get(machine)
     found: Dict[Path, Tuple[str, elf.ElfInfo, List[str]]] = {}     # real file -> group, elf, names
@@ -146,7 +147,7 @@ def _libraries(root: Path, cache: ldcache.Cache, machine: str,
             skipped.append((entry.path, f"cache arch '{entry.arch}' is not run on {machine}"))
             continue
         try:
-            real = rootpath.regular_file(root, entry.path)
+            real = resolver.regular_file(entry.path)
         except rootpath.EscapeError:
             raise
         except UserError as e:
@@ -208,14 +209,14 @@ def _placed(found: Dict[Path, Tuple[str, elf.ElfInfo, List[str]]],
     return libraries
 
 
-def _binaries(root: Path, search_path: str) -> List[Binary]:
+def _binaries(resolver: rootpath.Resolver, search_path: str) -> List[Binary]:
     binaries = []
     dirs = [d for d in search_path.split(":") if d.startswith("/")]
     for name in BINARIES:
         for d in dirs:
             candidate = f"{d.rstrip('/')}/{name}"
             try:
-                real = rootpath.resolve(root, candidate)
+                real = resolver.resolve(candidate)
             except rootpath.EscapeError:
                 raise
             except UserError:
@@ -224,7 +225,8 @@ def _binaries(root: Path, search_path: str) -> List[Binary]:
                 binaries.append(Binary(name, real))
                 break
         else:
-            log.debug("driver volume: binary %s not on %s under %s", name, search_path, root)
+            log.debug("driver volume: binary %s not on %s under %s", name, search_path,
+                      resolver.top)
     return binaries
 
 

@@ -115,3 +115,25 @@ def test_missing_cache_is_a_clear_error(tmp_path):
 def test_missing_root_is_a_clear_error(tmp_path):
     with pytest.raises(UserError, match="not a directory"):
         components.gather(tmp_path / "nope")
+
+
+def test_resolver_semantics(tmp_path):
+    root = tmp_path / "r"
+    (root / "usr" / "lib").mkdir(parents=True)
+    (root / "usr" / "lib" / "real.so").write_bytes(b"x")
+    (root / "usr" / "lib" / "abs.so").symlink_to("/usr/lib/real.so")        # inside the root
+    (root / "usr" / "lib" / "up.so").symlink_to("../lib/./real.so")
+    (root / "usr" / "lib" / "loop1").symlink_to("loop2")
+    (root / "usr" / "lib" / "loop2").symlink_to("loop1")
+    (root / "usr" / "lib" / "dev").symlink_to("/dev/null")
+    r = rootpath.Resolver(root)
+    assert r.regular_file("/usr/lib/abs.so") == root / "usr/lib/real.so"
+    assert r.regular_file("/usr/lib/up.so") == root / "usr/lib/real.so"
+    assert r.resolve("/usr/lib/../lib/abs.so") == root / "usr/lib/real.so"
+    with pytest.raises(UserError, match="too many levels of symbolic links"):
+        r.resolve("/usr/lib/loop1")
+    with pytest.raises(rootpath.EscapeError, match="leads above the driver root"):
+        r.resolve("/usr/../../etc/passwd")
+    with pytest.raises(UserError, match="does not exist under"):
+        r.regular_file("/usr/lib/dev")               # /dev/null of the root, not the host's
+    assert rootpath.resolve("/", "/../etc/../etc/passwd") == Path("/etc/passwd")
