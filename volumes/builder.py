@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Union
 
 from volumes import components as components_mod
+from volumes import mounts
 from volumes.errors import UserError
 
 log = logging.getLogger("mesos-gpu.volume")
@@ -181,6 +182,8 @@ def _populate(tmp: Path, comps: components_mod.Components, progress: Optional[Pr
             os.symlink(filename, f"{base}/{directory}/{link}")
             entries.append({"path": f"{directory}/{link}", "type": "link", "target": filename})
         log.debug("volume: %s (%s) %d/%d", dest, how, done, total)
+        if how == "copy" and done % max(1, total // 4) == 0:     # copies take seconds on disks
+            log.info("building %s: %d/%d files copied", tmp.name, done, total)
         if progress is not None:
             progress(done, total, dest)
     return entries
@@ -341,7 +344,8 @@ def list_volumes(volume_root: Union[str, Path] = DEFAULT_VOLUME_ROOT) -> List[Vo
 
 def gc(volume_root: Union[str, Path], keep: Iterable[str], in_use: Iterable[str] = ()) -> List[str]:
     """Remove the volumes of versions neither kept nor used by a container, and
-    stale temporary directories. Returns the versions removed."""
+    stale temporary directories. Returns the versions removed. A volume still
+    bind-mounted in any mount namespace is kept whatever `in_use` says."""
     root = Path(os.path.abspath(volume_root))
     spare = {check_version(v) for v in keep} | {check_version(v) for v in in_use}
     if not root.is_dir():
@@ -352,6 +356,10 @@ def gc(volume_root: Union[str, Path], keep: Iterable[str], in_use: Iterable[str]
         for status in list_volumes(root):
             if status.version in spare:
                 continue
+            users = mounts.bind_mounted(status.path)
+            if users:
+                log.warning("not removing %s: still mounted (%s)", status.path, "; ".join(users[:3]))
+                continue
             _discard(root, status.version)
             removed.append(status.version)
     return removed
@@ -361,8 +369,12 @@ def remove(volume_root: Union[str, Path], version: str) -> bool:
     """Remove one version's volume; False if there was none."""
     root = Path(os.path.abspath(volume_root))
     check_version(version)
-    if not (root / (PREFIX + version)).exists():
+    path = root / (PREFIX + version)
+    if not path.exists():
         return False
+    users = mounts.bind_mounted(path)
+    if users:
+        raise UserError(f"volume {path} is still mounted ({'; '.join(users[:3])}); not removed")
     with _locked(root):
         return _discard(root, version)
 
@@ -422,34 +434,13 @@ def _fsync(path: Path) -> None:
 
 # ---- noexec volume roots ----------------------------------------------------
 
-def _unescape(field_: str) -> str:
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field_)
-
-
-def mount_of(path: Union[str, Path]) -> Dict[str, Any]:
-    """The mount that holds `path` (the last, longest match in mountinfo) with
-    its mount point, filesystem type and per-mount options."""
-    real = os.path.realpath(path)
-    best: Dict[str, Any] = {}
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            fields = line.split()
-            point = _unescape(fields[4])
-            sep = fields.index("-")
-            if real == point or real.startswith(point.rstrip("/") + "/"):
-                if not best or len(point) >= len(best["point"]):
-                    best = {"point": point, "options": fields[5].split(","),
-                            "fstype": fields[sep + 1]}
-    return best
-
-
 def ensure_exec_mount(volume_root: Path) -> bool:
     """Mount a tmpfs (nosuid, nodev, mode 0755) over `volume_root` if the
     filesystem holding it is noexec. Returns True if it mounted one."""
-    m = mount_of(volume_root)
-    if "noexec" not in m.get("options", []):
+    m = mounts.mount_of(volume_root)
+    if "noexec" not in m.options:
         return False
-    log.info("%s is on a noexec mount (%s); mounting a tmpfs over it", volume_root, m["point"])
+    log.info("%s is on a noexec mount (%s); mounting a tmpfs over it", volume_root, m.point)
     r = subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=755,nosuid,nodev",
                         "tmpfs", str(volume_root)], capture_output=True, text=True)
     if r.returncode != 0:

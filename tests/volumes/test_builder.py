@@ -15,7 +15,7 @@ import pytest
 
 from tests.bed.driver_files import DRIVER_VERSION
 from tests.bed.paths import REPO
-from volumes import builder, ldcache, rootpath
+from volumes import builder, ldcache, mounts, rootpath
 from volumes.errors import UserError
 
 V = DRIVER_VERSION
@@ -259,11 +259,11 @@ def test_gc_removes_old_versions_no_container_uses(driver_root, tmp_path):
 def test_noexec_volume_root_gets_a_tmpfs(driver_root, tmpfs):
     outer = tmpfs("noexec", "mode=755,noexec")
     root = outer / "gpu"
-    assert "noexec" in builder.mount_of(root.parent)["options"]
+    assert "noexec" in mounts.mount_of(root.parent).options
     vol = builder.build(V, driver_root, root)
-    m = builder.mount_of(root)
-    assert m["point"] == str(root) and m["fstype"] == "tmpfs" and "noexec" not in m["options"]
-    assert {"nosuid", "nodev"} <= set(m["options"])
+    m = mounts.mount_of(root)
+    assert m.point == str(root) and m.fstype == "tmpfs" and "noexec" not in m.options
+    assert {"nosuid", "nodev"} <= set(m.options)
     run = subprocess.run([str(vol.path / "bin" / "nvidia-smi")], capture_output=True,
                          env={"LD_LIBRARY_PATH": f"{vol.path}/lib64"})
     assert run.returncode == 9                     # it ran (126 if exec were refused)
@@ -294,3 +294,31 @@ def test_cli_build_ls_gc(driver_root, tmp_path, mesos_gpu_cli):
     assert r.stderr.strip().splitlines()[-1] == (
         "mesos-gpu volume: error: driver version '1/2': must be digits and dots like "
         "535.261.03 (no '/', '..' or other characters)")
+
+
+def test_gc_and_remove_keep_a_volume_mounted_in_another_namespace(driver_root, tmp_path):
+    """A container's bind mount (here: a process in its own mount namespace)
+    protects its volume even when the caller forgot to list it as in use."""
+    root = tmp_path / "volumes"
+    old = builder.build("535.54.03", driver_root, root)
+    target = tmp_path / "target"
+    target.mkdir()
+    holder = subprocess.Popen(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c",
+         f"mount --bind -o ro {old.path} {target} && echo MOUNTED && exec sleep 60"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "MOUNTED"
+        users = mounts.bind_mounted(old.path)
+        assert len(users) == 1 and str(target) in users[0]
+        assert mounts.bind_mounted(root) == users              # under root counts too
+        assert builder.gc(root, keep=[V]) == []
+        with pytest.raises(UserError, match="still mounted"):
+            builder.remove(root, "535.54.03")
+        assert builder.verify(old.path)
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()
+    assert mounts.bind_mounted(old.path) == []
+    assert builder.gc(root, keep=[V]) == ["535.54.03"]

@@ -17,7 +17,7 @@ import pytest
 
 from tests.bed.driver_files import DRIVER_VERSION
 from tests.bed.paths import REPO
-from volumes import builder, environment, image_rules, plugin
+from volumes import builder, environment, image_rules, mounts, plugin
 from volumes.errors import UserError
 
 V = DRIVER_VERSION
@@ -149,6 +149,17 @@ def test_real_containers_through_the_engine(served, docker_engine, busybox_image
         with pytest.raises(docker.errors.APIError, match="invalid volume version 1.2.3"):
             client.volumes.create("nvidia_driver_1.2.3", driver=served.name)
         assert served.plugin.mounts.get(V) == set()    # every Mount had its Unmount
+        # A running container keeps its volume from garbage collection.
+        running = client.containers.run(busybox_image(labels=LABEL), ["sleep", "60"], detach=True,
+                                        network_mode="none", volume_driver=served.name,
+                                        volumes={VOLUME: {"bind": "/usr/local/nvidia", "mode": "ro,nocopy"}})
+        try:
+            path = served.plugin.volume_root / f"nvidia_{V}"
+            assert any("/usr/local/nvidia" in u for u in mounts.bind_mounted(path))
+            assert builder.gc(served.plugin.volume_root, keep=[]) == [] and path.is_dir()
+            assert "in use" in call(served.socket_path, "/VolumeDriver.Remove", {"Name": VOLUME})[1]["Err"]
+        finally:
+            running.remove(force=True)
     finally:
         try:
             client.volumes.get(VOLUME).remove(force=True)
