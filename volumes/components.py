@@ -15,7 +15,7 @@ import platform
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple, Union
+from typing import Dict, FrozenSet, List, Optional, Tuple, Union
 
 from volumes import elf, ldcache, rootpath
 from volumes.errors import UserError
@@ -34,7 +34,7 @@ BINARIES: Tuple[str, ...] = (
 
 LIBRARIES: Dict[str, Tuple[str, ...]] = {
     "utility": ("libnvidia-ml.so", "libnvidia-cfg.so",
-                "libnvidia-gpucomp.so"),    # Mesos master: needed by 545+ drivers
+                "libnvidia-gpucomp.so"),    # added on Mesos master for newer drivers
     "compute": ("libcuda.so", "libnvidia-opencl.so", "libnvidia-ptxjitcompiler.so",
                 "libnvidia-fatbinaryloader.so", "libnvidia-compiler.so"),
     "video": ("libvdpau_nvidia.so", "libnvidia-encode.so", "libnvcuvid.so"),

@@ -10,7 +10,7 @@ ROOT/etc/alternatives/... for a tree under ROOT), as `ldconfig -r` does.
 import os
 import stat
 from pathlib import Path
-from typing import Dict, List, Optional, Union
+from typing import Dict, List, Union
 
 from volumes.errors import UserError
 

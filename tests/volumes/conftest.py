@@ -1,13 +1,9 @@
 """Fixtures only the volume tests use: the real NVIDIA 535 driver tree, tmpfs
-mounts, small driver trees compiled with gcc, and a volume plugin serving the
-session's real Docker engine."""
-import os
-import secrets
-import shutil
+mounts, and small driver trees compiled with gcc."""
 import subprocess
 import textwrap
 from pathlib import Path
-from typing import Callable, Dict, Iterator, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 import pytest
 

@@ -3,7 +3,6 @@ socket, and real containers through the real Docker engine, where the driver
 volume is mounted read-only at /usr/local/nvidia only for images that ask."""
 import http.client
 import json
-import os
 import secrets
 import signal
 import socket
@@ -16,7 +15,6 @@ import docker
 import pytest
 
 from tests.bed.driver_files import DRIVER_VERSION
-from tests.bed.paths import REPO
 from volumes import builder, environment, image_rules, mounts, plugin
 from volumes.errors import UserError
 
