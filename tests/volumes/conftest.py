@@ -49,7 +49,7 @@ def tree_copy(tmp_path, driver_root) -> Callable[[], Path]:
 
 
 def compile_library(path: Path, soname: str, needed: Sequence[Path] = (),
-                    abi_tag: Optional[str] = None, m32: bool = False) -> Path:
+                    abi_tag: Optional[str] = None) -> Path:
     """A real shared library made by gcc: this soname, these DT_NEEDED libraries,
     and optionally a .note.ABI-tag ("2.2.5") as old libnvidia-tls builds had."""
     src = path.with_suffix(".c")
@@ -64,8 +64,6 @@ def compile_library(path: Path, soname: str, needed: Sequence[Path] = (),
     src.write_text(note + f"int {path.name.split('.')[0].replace('-', '_')}_probe(void) {{ return 1; }}\n")
     cmd = ["gcc", "-shared", "-fPIC", "-o", str(path), f"-Wl,-soname,{soname}",
            "-Wl,--no-as-needed", str(src), *[str(n) for n in needed]]
-    if m32:
-        cmd.insert(1, "-m32")
     subprocess.run(cmd, check=True, capture_output=True)
     src.unlink()
     return path
