@@ -250,6 +250,19 @@ class AppManager:
         with self.lock:
             return [p["id"] for p in self.plans.values() if p["appId"] == app_id]
 
+    def by_app(self) -> Tuple[Dict[str, List[str]], Dict[str, List[TaskView]]]:
+        """Deployment ids and launched live tasks per app, in one pass each
+        (listing 1,000 apps must not scan every plan and task per app)."""
+        with self.lock:
+            plans: Dict[str, List[str]] = {}
+            for plan in self.plans.values():
+                plans.setdefault(plan["appId"], []).append(plan["id"])
+            tasks: Dict[str, List[TaskView]] = {}
+            for view in self.views.values():
+                if view.alive and view.launched:
+                    tasks.setdefault(view.app_id, []).append(view)
+            return plans, tasks
+
     # -- tasks ------------------------------------------------------------------------
     def tasks_of(self, app_id: str) -> List[TaskView]:
         """Launched, live tasks of an app (queued ones are in the queue, not here)."""
@@ -309,8 +322,8 @@ class AppManager:
         self.kill_requested.setdefault(task_id, 0.0)
         self.wake()
 
-    def counts(self, app_id: str) -> Dict[str, int]:
-        tasks = self.tasks_of(app_id)
+    def counts(self, app_id: str, tasks: Optional[List[TaskView]] = None) -> Dict[str, int]:
+        tasks = self.tasks_of(app_id) if tasks is None else tasks
         return {"tasksStaged": sum(1 for t in tasks if t.state != "TASK_RUNNING"),
                 "tasksRunning": sum(1 for t in tasks if t.state == "TASK_RUNNING"),
                 "tasksHealthy": 0, "tasksUnhealthy": 0}

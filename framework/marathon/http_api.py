@@ -198,7 +198,9 @@ class MarathonApi:
             if label:
                 selector = label_selector(label)
                 apps = [a for a in apps if selector(a["labels"])]
-            return Response(200, {"apps": [self._app_json(a, embeds, r.flag("gpus")) for a in apps]})
+            index = self.manager.by_app()
+            return Response(200, {"apps": [self._app_json(a, embeds, r.flag("gpus"), index)
+                                           for a in apps]})
 
     def show_app(self, r: Request, app_id: str) -> Response:
         with self.manager.lock:
@@ -206,12 +208,14 @@ class MarathonApi:
             embeds = r.embeds() | {"tasks", "lastTaskFailure"}
             return Response(200, {"app": self._app_json(app, embeds, r.flag("gpus"))})
 
-    def _app_json(self, app: dict, embeds: set, with_gpus: bool = False) -> dict:
+    def _app_json(self, app: dict, embeds: set, with_gpus: bool = False, index=None) -> dict:
+        plans, tasks = index or self.manager.by_app()
+        app_tasks = tasks.get(app["id"], [])
         out = app_model.to_json(app)
-        out.update(self.manager.counts(app["id"]))
-        out["deployments"] = [{"id": i} for i in self.manager.plan_ids_for(app["id"])]
+        out.update(self.manager.counts(app["id"], app_tasks))
+        out["deployments"] = [{"id": i} for i in plans.get(app["id"], [])]
         if embeds & {"tasks", "failures"}:
-            out["tasks"] = [self._task_json(t, with_gpus) for t in self.manager.tasks_of(app["id"])]
+            out["tasks"] = [self._task_json(t, with_gpus) for t in app_tasks]
         if embeds & {"lastTaskFailure", "failures"}:
             failure = self.manager.last_failure.get(app["id"])
             if failure:

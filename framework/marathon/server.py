@@ -52,6 +52,9 @@ class MarathonHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "mesos-gpu-marathon"
     timeout = SOCKET_TIMEOUT_SECONDS
+    # Headers and body go out in separate writes: without TCP_NODELAY a small
+    # answer waits ~40 ms for the client's delayed ACK.
+    disable_nagle_algorithm = True
     server: MarathonHttpServer
 
     def do_GET(self) -> None:

@@ -1,0 +1,148 @@
+"""Marathon API speed: `GET /v2/apps` with 1,000 apps and `POST /v2/apps`
+throughput, p50/p99 latency, against a floor measured in the same run: a bare
+ThreadingHTTPServer (the same HTTP library) that reads the request and answers
+a fixed body of the same size. Prints figures and ratios; asserts nothing.
+
+The API runs with its real state store (SQLite, synchronous=FULL) and app
+manager, without a scheduler (apps ask for 0 instances), so the figures are the
+API layer's own cost.
+
+    .venv/bin/python bench/marathon_api.py [--apps 1000] [--gets 200] [--posts 1000]
+"""
+import argparse
+import http.client
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from framework.marathon.app_manager import AppManager  # noqa: E402
+from framework.marathon.events import EventBus  # noqa: E402
+from framework.marathon.http_api import MarathonApi  # noqa: E402
+from framework.marathon.security import Authenticator, DockerPolicy  # noqa: E402
+from framework.marathon.server import serve  # noqa: E402
+from framework.state_store import StateStore  # noqa: E402
+
+
+def app_body(i: int) -> bytes:
+    return json.dumps({"id": f"/bench/group{i % 10}/app{i}", "cmd": "sleep 1000", "cpus": 0.1,
+                       "mem": 64, "gpus": 1, "instances": 0, "labels": {"team": f"t{i % 7}"},
+                       "container": {"type": "DOCKER", "docker": {"image": "cuda:12"}}}).encode()
+
+
+def floor_server(get_body: bytes, post_body: bytes) -> ThreadingHTTPServer:
+    class Fixed(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True      # as the API server does
+
+        def log_message(self, *args) -> None:
+            pass
+
+        def _answer(self, status: int, body: bytes) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            if length:
+                self.rfile.read(length)
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            self._answer(200, get_body)
+
+        def do_POST(self) -> None:
+            self._answer(201, post_body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Fixed)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def timed(port: int, method: str, paths_bodies) -> list:
+    """Latencies (ms) of sequential requests on one keep-alive connection."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    latencies = []
+    for path, body in paths_bodies:
+        start = time.perf_counter()
+        connection.request(method, path, body=body, headers={"Content-Type": "application/json"})
+        response = connection.getresponse()
+        response.read()
+        latencies.append((time.perf_counter() - start) * 1000)
+        if response.status >= 400:
+            raise SystemExit(f"{method} {path}: HTTP {response.status}")
+    connection.close()
+    return latencies
+
+
+def summary(latencies: list) -> tuple:
+    ordered = sorted(latencies)
+    p50 = statistics.median(ordered)
+    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+    per_second = len(ordered) / (sum(ordered) / 1000)
+    return per_second, p50, p99
+
+
+def report(name: str, ours: list, floor: list) -> None:
+    o, f = summary(ours), summary(floor)
+    print(f"{name:<28} {o[0]:>9.0f} req/s  p50 {o[1]:>7.2f} ms  p99 {o[2]:>7.2f} ms")
+    print(f"{'  floor (fixed body)':<28} {f[0]:>9.0f} req/s  p50 {f[1]:>7.2f} ms  p99 {f[2]:>7.2f} ms")
+    print(f"{'  ratio ours/floor':<28} {o[0] / f[0]:>9.2f} x tput   p50 {o[1] / f[1]:>6.1f} x   "
+          f"p99 {o[2] / f[2]:>6.1f} x")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--apps", type=int, default=1000, help="apps in the store for GET")
+    parser.add_argument("--gets", type=int, default=200, help="GET /v2/apps requests timed")
+    parser.add_argument("--posts", type=int, default=1000, help="POST /v2/apps requests timed")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory() as state_dir:
+        store = StateStore(Path(state_dir))
+        events = EventBus()
+        manager = AppManager(store, None, events)
+        manager.start()          # finishes the (instance-less) deployments as they come
+        api_server = serve(MarathonApi(manager, DockerPolicy(), lambda: {}), events, Authenticator())
+        port = api_server.server_address[1]
+
+        posts = [("/v2/apps", app_body(i)) for i in range(args.posts)]
+        post_latencies = timed(port, "POST", posts)
+        extra = [("/v2/apps", app_body(i)) for i in range(args.posts, args.apps)]
+        if extra:
+            timed(port, "POST", extra)
+        with manager.lock:
+            count = len(manager.apps)
+        get_body = http.client.HTTPConnection("127.0.0.1", port)
+        get_body.request("GET", "/v2/apps")
+        list_bytes = get_body.getresponse().read()
+        get_latencies = timed(port, "GET", [("/v2/apps", None)] * args.gets)
+
+        sample_post = http.client.HTTPConnection("127.0.0.1", port)
+        sample_post.request("POST", "/v2/apps", body=app_body(10**6))
+        post_bytes = sample_post.getresponse().read()
+        floor = floor_server(list_bytes, post_bytes)
+        floor_port = floor.server_address[1]
+        floor_posts = timed(floor_port, "POST", posts)
+        floor_gets = timed(floor_port, "GET", [("/v2/apps", None)] * args.gets)
+
+        print(f"Marathon API bench: {count} apps stored, GET body {len(list_bytes) / 1e6:.2f} MB, "
+              f"one client, keep-alive, loopback")
+        report(f"GET /v2/apps ({count} apps)", get_latencies, floor_gets)
+        report(f"POST /v2/apps ({args.posts})", post_latencies, floor_posts)
+        floor.shutdown()
+        api_server.stop()
+        manager.stop()
+        store.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
