@@ -154,7 +154,7 @@ def _build(version: str, driver_root: Path, volume_root: Path,
             trash = volume_root / f".{PREFIX}{version}.trash-{secrets.token_hex(4)}"
             os.rename(final, trash)
             os.rename(tmp, final)
-            _remove_tree(trash)
+            _remove_unless_mounted(trash)
         else:
             os.rename(tmp, final)
         # No fsync of the volume root after the rename: a rename lost to a power
@@ -393,11 +393,23 @@ def _discard(root: Path, version: str) -> bool:
 
 
 def _remove_stale(root: Path) -> None:
-    """Temporary and trash directories left by a crash (the caller holds the lock)."""
+    """Temporary and trash directories left by a crash or a replaced volume (the
+    caller holds the lock)."""
     for p in root.iterdir():
         if _TEMP.fullmatch(p.name):
-            log.info("removing %s left by an interrupted build", p)
-            _remove_tree(p)
+            _remove_unless_mounted(p)
+
+
+def _remove_unless_mounted(path: Path) -> None:
+    """A replaced volume that a container still has mounted stays (as trash)
+    until a later build or gc finds it unused: deleting it would pull the
+    libraries from under the running container."""
+    users = mounts.bind_mounted(path)
+    if users:
+        log.warning("keeping %s for now: still mounted (%s)", path, "; ".join(users[:3]))
+        return
+    log.info("removing %s", path)
+    _remove_tree(path)
 
 
 def _remove_tree(path: Path) -> None:

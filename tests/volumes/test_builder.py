@@ -321,3 +321,33 @@ def test_gc_and_remove_keep_a_volume_mounted_in_another_namespace(driver_root, t
         holder.stdout.close()
     assert mounts.bind_mounted(old.path) == []
     assert builder.gc(root, keep=[V]) == ["535.54.03"]
+
+
+def test_replacing_a_mounted_volume_keeps_the_old_one_for_its_container(tree_copy, tmp_path):
+    """A driver file changes while a container uses the volume: the volume is
+    rebuilt, and the old tree stays (as trash) until nothing mounts it."""
+    root = tree_copy()
+    volumes = tmp_path / "volumes"
+    old = builder.build(V, root, volumes)
+    target = tmp_path / "target"
+    target.mkdir()
+    holder = subprocess.Popen(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c",
+         f"mount --bind -o ro {old.path} {target} && echo MOUNTED && exec sleep 60"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "MOUNTED"
+        cfg = root / NV / f"libnvidia-cfg.so.{V}"
+        data = cfg.read_bytes()
+        cfg.unlink()
+        cfg.write_bytes(data)
+        new = builder.build(V, root, volumes)
+        assert not new.reused
+        trash = [p for p in volumes.iterdir() if ".trash-" in p.name]
+        assert len(trash) == 1 and builder.verify(trash[0])         # whole, for the container
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()
+    assert builder.gc(volumes, keep=[V]) == []
+    assert sorted(p.name for p in volumes.iterdir()) == [builder.LOCK, f"nvidia_{V}"]
