@@ -42,6 +42,10 @@ class Gpu:
         try:
             gpu._start()
             gpu._self_check()
+        except CudaUnavailable as e:
+            gpu.close()
+            raise CudaUnavailable(f"{e} [driver library {gpu.driver.path}, "
+                                  f"CUDA {gpu.cuda_version}]") from e
         except BaseException:
             gpu.close()
             raise
