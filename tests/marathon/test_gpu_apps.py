@@ -1,0 +1,104 @@
+"""GPU apps through the Marathon API, end to end on the real parts: a real Mesos
+1.11 master and agent (advertising what `mesos-gpu agent flags` prints), the
+real agent daemon over a fake K80 (2 GPUs), our executor, the real Docker
+engine, and the `mesos-gpu framework` service with its GPU scheduler.
+
+Create an app with 2 instances of 1 GPU through HTTP, see both tasks running on
+distinct GPUs, restart the framework and find the app and its tasks again,
+scale to 0 and see the GPUs free again."""
+import argparse
+
+import pytest
+
+from framework.marathon.service import FrameworkService
+from framework.scheduler import GpuScheduler, SchedulerConfig
+from framework.taskinfo import ExecutorSettings
+from tests.bed import fake_nvml
+from tests.bed.mesos import Agent, Master
+from tests.framework.gpu_node import GpuNode, layout_for_driver_files
+from tests.marathon.conftest import client_of, framework_args, wait_for
+
+HOSTNAME = "marathon-k80"
+
+
+@pytest.fixture(scope="module")
+def node(docker_engine):
+    with GpuNode(layout_for_driver_files(fake_nvml.k80(), "marathon-k80"), docker_engine.host) as n:
+        yield n
+
+
+@pytest.fixture(scope="module")
+def agent(mesos_prefix, node):
+    resources, attributes = node.flags()
+    with Master() as master, Agent(master, resources, attributes, hostname=HOSTNAME) as running:
+        yield running
+
+
+def scheduler_factory(node, docker_engine):
+    def build(args: argparse.Namespace, store) -> GpuScheduler:
+        config = SchedulerConfig(
+            master=args.master, name=args.framework_name, refuse_seconds=1,
+            executor=ExecutorSettings(agent_socket=str(node.socket), docker_host=docker_engine.host))
+        return GpuScheduler(config, store)
+    return build
+
+
+def running_tasks(api, app_id):
+    reply = api.get(f"/v2/apps{app_id}/tasks?gpus=true")
+    assert reply.status == 200
+    tasks = reply.json["tasks"]
+    return tasks if tasks and all(t["state"] == "TASK_RUNNING" for t in tasks) else []
+
+
+def test_two_gpu_instances_restart_and_scale_to_zero(agent, node, docker_engine, busybox_image,
+                                                     tmp_path):
+    image = busybox_image()
+    state = tmp_path / "state"
+    args = framework_args(agent.master, state)
+    factory = scheduler_factory(node, docker_engine)
+    service = FrameworkService(args, factory).start()
+    try:
+        api = client_of(service)
+        created = api.post("/v2/apps", {
+            "id": "/gpu/pair", "cmd": "sleep 600", "cpus": 0.1, "mem": 32, "gpus": 1,
+            "instances": 2, "constraints": [["gpu_type", "LIKE", "(?i).*k80.*"]],
+            "container": {"type": "DOCKER", "docker": {"image": image}}})
+        assert created.status == 201, created.json
+
+        tasks = wait_for(lambda: len(running_tasks(api, "/gpu/pair")) == 2
+                         and running_tasks(api, "/gpu/pair"), timeout=90)
+        gpus = [t["gpuUuids"] for t in tasks]
+        assert all(len(g) == 1 for g in gpus) and gpus[0] != gpus[1], gpus
+        assert {g[0] for g in gpus} == {gpu.uuid for gpu in node.layout.gpus}
+        assert {t["host"] for t in tasks} == {HOSTNAME}
+        assert {t["slaveId"] for t in tasks} == {agent.id}
+        assert sorted(node.allocated()) == sorted(node.minors)
+        wait_for(lambda: api.get("/v2/deployments").json == [])
+        app = api.get("/v2/apps/gpu/pair").json["app"]
+        assert app["tasksRunning"] == 2 and app["tasksStaged"] == 0
+        assert "gpuUuids" not in app["tasks"][0]          # only on request (?gpus=true)
+        framework_id = service.scheduler.framework_id
+        task_ids = sorted(t["id"] for t in tasks)
+    finally:
+        service.stop()
+
+    # A restarted framework serves the same app and finds the same tasks running.
+    service = FrameworkService(args, factory).start()
+    try:
+        api = client_of(service)
+        assert service.scheduler.wait_subscribed(30)
+        assert service.scheduler.framework_id == framework_id
+        again = wait_for(lambda: running_tasks(api, "/gpu/pair"), timeout=60)
+        assert sorted(t["id"] for t in again) == task_ids
+        assert sorted(g for t in again for g in t["gpuUuids"]) == sorted(g[0] for g in gpus)
+        assert api.get("/v2/apps/gpu/pair").json["app"]["instances"] == 2
+
+        scaled = api.put("/v2/apps/gpu/pair", {"instances": 0})
+        assert scaled.status == 200, scaled.json
+        wait_for(lambda: api.get("/v2/apps/gpu/pair/tasks").json["tasks"] == [], timeout=60)
+        wait_for(lambda: node.allocated() == [], timeout=30)
+        wait_for(lambda: api.get("/v2/deployments").json == [])
+        assert node.containers() == {}
+        assert api.delete("/v2/apps/gpu/pair").status == 200
+    finally:
+        service.stop()
