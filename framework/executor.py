@@ -203,7 +203,7 @@ class TaskRun:
 
     def _driver_cuda(self, spec: TaskSpec) -> Optional[str]:
         try:
-            return self.executor.agent.info().get("cuda_driver_version")
+            return (self.executor.agent.info().get("inventory") or {}).get("cuda_driver_version")
         except AgentError as e:
             raise TaskFailure(f"image {spec.image} names a CUDA version and the agent daemon "
                               f"cannot say the driver's: {e}", retry=True) from None

@@ -47,12 +47,16 @@ def default_executor_command() -> str:
 class ExecutorSettings:
     """How the agent starts our executor, and what it hands it."""
     command: str = field(default_factory=default_executor_command)
-    agent_socket: str = DEFAULT_AGENT_SOCKET
+    # None: not passed; an agent's --executor_environment_variables may then set
+    # it per agent, else the executor uses the default path.
+    agent_socket: Optional[str] = DEFAULT_AGENT_SOCKET
     docker_host: Optional[str] = None  # DOCKER_HOST for the executor; None: its default
     extra_env: Mapping[str, str] = field(default_factory=dict)
 
     def environment(self) -> dict[str, str]:
-        env = {AGENT_SOCKET_ENV: self.agent_socket, "PYTHONUNBUFFERED": "1"}
+        env = {"PYTHONUNBUFFERED": "1"}
+        if self.agent_socket:
+            env[AGENT_SOCKET_ENV] = self.agent_socket
         if self.docker_host:
             env["DOCKER_HOST"] = self.docker_host
         env.update(self.extra_env)

@@ -108,6 +108,8 @@ class HostTask:
         self._go: Optional[int] = None
 
     def describe(self) -> str:
+        if not self.grant:
+            return "host process (no agent daemon on this agent: not isolated)"
         volume = f", driver volume {self.volume_path}" if self.volume_path else ""
         return f"host process (cgroup {self.container_id}{volume})"
 
@@ -183,22 +185,40 @@ class RuncTask:
         return f"runc container {self.container_id} from {self.spec.image}{volume}"
 
     def _runc(self, *args: str, **kwargs: Any) -> subprocess.CompletedProcess:
-        return subprocess.run([self.runc, "--root", str(self.bundle / "state"), *args],
-                              stdin=subprocess.DEVNULL, **kwargs)
+        return subprocess.run([self.runc, "--root", str(self.bundle / "state"),
+                               "--log", str(self.bundle / "runc.log"), "--log-format", "json",
+                               *args], stdin=subprocess.DEVNULL, **kwargs)
+
+    def _runc_error(self) -> str:
+        """The last error runc logged."""
+        try:
+            lines = (self.bundle / "runc.log").read_text().strip().splitlines()
+        except OSError:
+            return "no log"
+        for line in reversed(lines):
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if entry.get("level") in ("error", "fatal"):
+                return entry.get("msg", line)
+        return lines[-1] if lines else "no log"
 
     def create(self) -> int:
         if not shutil.which(self.runc):
             raise TaskFailure("this agent cannot run MESOS containers with an image: "
                               "runc is not installed")
-        self.bundle = Path(tempfile.mkdtemp(prefix=f"mesos-gpu-{self.container_id}-"))
+        self.bundle = Path(tempfile.mkdtemp(prefix=f"{self.container_id}-bundle-"))
         config = self._image_config()
         self._export_rootfs()
         (self.bundle / "config.json").write_text(json.dumps(self._oci_config(config), indent=1))
         pid_file = self.bundle / "init.pid"
+        # The container's init inherits runc's stdio: the executor's own (the
+        # sandbox files), never a pipe we would wait on. Errors go to runc's log.
         result = self._runc("create", "--bundle", str(self.bundle), "--pid-file", str(pid_file),
-                            self.container_id, stdout=None, stderr=subprocess.PIPE, text=True)
+                            self.container_id)
         if result.returncode != 0:
-            raise TaskFailure(f"runc could not create the container: {result.stderr.strip()}")
+            raise TaskFailure(f"runc could not create the container: {self._runc_error()}")
         self.pid = int(pid_file.read_text())
         return self.pid
 
@@ -279,21 +299,20 @@ class RuncTask:
                         "cwd": config.get("WorkingDir") or "/",
                         "capabilities": {name: DOCKER_CAPABILITIES for name in
                                          ("bounding", "effective", "permitted")},
-                        "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 1048576, "soft": 1048576}],
                         "noNewPrivileges": True},
             "root": {"path": "rootfs", "readonly": False},
             "hostname": self.container_id[:63],
             "mounts": mounts,
             "linux": {"namespaces": [{"type": t} for t in ("pid", "ipc", "uts", "mount")],
                       "devices": devices, "resources": resources,
-                      "cgroupsPath": f"/mesos-gpu-runc/{self.container_id}",
+                      "cgroupsPath": f"/{self.container_id}",
                       "maskedPaths": MASKED_PATHS, "readonlyPaths": READONLY_PATHS},
         }
 
     def start(self) -> None:
-        result = self._runc("start", self.container_id, capture_output=True, text=True)
+        result = self._runc("start", self.container_id)
         if result.returncode != 0:
-            raise TaskFailure(f"runc could not start the container: {result.stderr.strip()}")
+            raise TaskFailure(f"runc could not start the container: {self._runc_error()}")
 
     def wait(self) -> int:
         try:

@@ -1,0 +1,122 @@
+"""The agent side of one GPU node for the framework's end-to-end tests.
+
+- GPU device nodes (c 195:N, nvidiactl, nvidia-uvm) in a temp dev dir: there
+  is no NVIDIA kernel driver, so opening a node gives ENXIO when the device
+  cgroup lets it through and EPERM when it does not (tests/bed/cgroups.py);
+- the real agent daemon, `mesos-gpu agent`, over a fake NVML layout whose
+  driver version is that of the bed's real NVIDIA 535 files, so it builds the
+  real read-only driver volume;
+- `mesos-gpu agent flags`: the --resources / --attributes its Mesos agent gets.
+"""
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Dict, Optional
+
+from isolator import cgroup_host
+from isolator.client import AgentClient
+from tests.bed import cgroups as bed_cgroups
+from tests.bed import driver_files, fake_nvml
+
+READY_LINE = "serving the agent API"
+MESOS_GPU = [sys.executable, "-m", "framework.main"]
+
+
+def layout_for_driver_files(base: fake_nvml.Layout, name: str) -> fake_nvml.Layout:
+    """`base` reporting the driver version of the bed's NVIDIA files."""
+    return replace(base, name=name, driver=driver_files.DRIVER_VERSION)
+
+
+class GpuNode:
+    """Device nodes + agent daemon; `flags()` for the Mesos agent."""
+
+    def __init__(self, layout: fake_nvml.Layout, docker_host: Optional[str] = None,
+                 volume: bool = True) -> None:
+        self.layout = layout
+        self.docker_host = docker_host
+        self.volume = volume
+        self.dir = Path(tempfile.mkdtemp(prefix="mgpu-fw-node-"))
+        self.dev_dir = self.dir / "dev"
+        self.work_dir = self.dir / "work"
+        self.cgroups_root = bed_cgroups.unique_name("mesos-gpu-fwtest")
+        self.proc: Optional[subprocess.Popen] = None
+        self.log_path = self.dir / "agent.log"
+        self.client = AgentClient(str(self.socket), timeout=30)
+
+    @property
+    def socket(self) -> Path:
+        return self.work_dir / "agent.sock"
+
+    @property
+    def minors(self) -> list[int]:
+        return [g.minor for g in self.layout.gpus]
+
+    def env(self) -> Dict[str, str]:
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("FAKE_NVML_CONFIG", "MESOS_GPU_NVML_LIBRARY", "FAKE_NVML_INIT_ERROR")}
+        env.update(self.layout.env())
+        return env
+
+    def start(self) -> "GpuNode":
+        bed_cgroups.make_device_nodes(self.dev_dir, self.minors)
+        args = ["agent", "--work_dir", str(self.work_dir), "--dev_dir", str(self.dev_dir),
+                "--cgroups_root", self.cgroups_root, "--device_cgroup", "v1",
+                "--docker_socket", self.docker_host or "none", "--ledger_flush_interval", "0.2"]
+        if self.volume:
+            args += ["--driver_root", str(driver_files.build()),
+                     "--volume_root", str(self.dir / "volumes")]
+        else:
+            args += ["--driver_volume", "none"]
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(MESOS_GPU + args, env=self.env(), stdout=log,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 120
+        while READY_LINE not in self.log():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"agent daemon did not start:\n{self.log()}")
+            time.sleep(0.1)
+        return self
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def flags(self, cpus: float = 4, mem: int = 4096) -> tuple[str, str]:
+        """(MESOS_RESOURCES, MESOS_ATTRIBUTES) from `mesos-gpu agent flags`."""
+        out = subprocess.run(MESOS_GPU + ["agent", "flags"], env=self.env(), check=True,
+                             capture_output=True, text=True).stdout
+        resources = re.search(r"--resources=(\S+)", out).group(1)
+        attributes = re.search(r"--attributes=(\S+)", out).group(1)
+        return f"cpus:{cpus};mem:{mem};disk:1000;{resources}", attributes
+
+    def allocated(self) -> list[int]:
+        return self.client.info()["allocated"]
+
+    def containers(self) -> dict:
+        return self.client.info()["containers"]
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        host = cgroup_host.detect()
+        for mount in (host.devices_v1, host.unified):
+            if mount:
+                bed_cgroups.remove_tree(Path(mount) / self.cgroups_root)
+        subprocess.run(["rm", "-rf", str(self.dir)], check=False)
+
+    def __enter__(self) -> "GpuNode":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
