@@ -33,7 +33,7 @@ from typing import Dict, List, Optional, Union
 
 from tests.bed import processes
 from tests.bed.paths import BED_DIR, BedError
-from tests.bed.v1_scheduler import SchedulerStream, attributes, collect_offers, scalar  # noqa: F401
+from tests.bed.v1_scheduler import collect_offers
 
 log = logging.getLogger("bed.mesos")
 

@@ -1,6 +1,5 @@
 """The real Docker engine (Debian docker.io) started by the tests, and images made
 from a busybox-static rootfs by `docker import`, read back through the docker SDK."""
-import os
 
 import docker
 import pytest
