@@ -5,7 +5,8 @@ engine, and the `mesos-gpu framework` service with its GPU scheduler.
 
 Create an app with 2 instances of 1 GPU through HTTP, see both tasks running on
 distinct GPUs, restart the framework and find the app and its tasks again,
-scale to 0 and see the GPUs free again."""
+replace them (config change, kill, restart) while every GPU is taken, scale to
+0 and see the GPUs free again."""
 import argparse
 
 import pytest
@@ -50,6 +51,15 @@ def running_tasks(api, app_id):
     return tasks if tasks and all(t["state"] == "TASK_RUNNING" for t in tasks) else []
 
 
+def replaced_all(api, old_ids):
+    """Two running tasks, none of them one of `old_ids`, on two distinct GPUs."""
+    tasks = running_tasks(api, "/gpu/pair")
+    if len(tasks) != 2 or {t["id"] for t in tasks} & set(old_ids):
+        return []
+    assert len({g for t in tasks for g in t["gpuUuids"]}) == 2, tasks
+    return tasks
+
+
 def test_two_gpu_instances_restart_and_scale_to_zero(agent, node, docker_engine, busybox_image,
                                                      tmp_path):
     image = busybox_image()
@@ -92,6 +102,21 @@ def test_two_gpu_instances_restart_and_scale_to_zero(agent, node, docker_engine,
         assert sorted(t["id"] for t in again) == task_ids
         assert sorted(g for t in again for g in t["gpuUuids"]) == sorted(g[0] for g in gpus)
         assert api.get("/v2/apps/gpu/pair").json["app"]["instances"] == 2
+
+        # Every GPU is taken: a rolling replacement needs room to stop one old
+        # task before starting its successor (minimumHealthCapacity 0.5).
+        changed = api.patch("/v2/apps/gpu/pair", {"upgradeStrategy": {
+            "minimumHealthCapacity": 0.5, "maximumOverCapacity": 0}})
+        assert changed.status == 200
+        replaced = wait_for(lambda: replaced_all(api, task_ids), timeout=120)
+        killed = replaced[0]["id"]
+        gone = api.delete(f"/v2/apps/gpu/pair/tasks/{killed}")
+        assert gone.status == 200 and gone.json["task"]["id"] == killed
+        after_kill = wait_for(lambda: replaced_all(api, [killed]), timeout=90)
+        restarted = api.post("/v2/apps/gpu/pair/restart")
+        assert restarted.status == 200 and restarted.json["deploymentId"]
+        wait_for(lambda: replaced_all(api, [t["id"] for t in after_kill]), timeout=120)
+        wait_for(lambda: api.get("/v2/deployments").json == [], timeout=30)
 
         scaled = api.put("/v2/apps/gpu/pair", {"instances": 0})
         assert scaled.status == 200, scaled.json
