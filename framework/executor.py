@@ -41,6 +41,7 @@ from framework.launch_errors import TaskFailure
 from framework.task_spec import DOCKER, TaskSpec
 from framework.unified_task import HostTask, RuncTask, become_subreaper
 from isolator.client import AgentClient, AgentError
+from volumes.environment import DEFAULT_PATH
 from volumes.errors import UserError
 
 log = logging.getLogger("mesos-gpu.executor")
@@ -343,6 +344,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("the executor is started by the Mesos agent (MESOS_AGENT_ENDPOINT, "
                         "MESOS_FRAMEWORK_ID and MESOS_EXECUTOR_ID are not set)")
     become_subreaper()
+    # An agent with --executor_environment_variables passes only those: no PATH.
+    os.environ.setdefault("PATH", DEFAULT_PATH)
     agent_socket = args.agent_socket or os.environ.get(taskinfo.AGENT_SOCKET_ENV,
                                                        taskinfo.DEFAULT_AGENT_SOCKET)
     sandbox = os.environ.get("MESOS_SANDBOX") or os.environ.get("MESOS_DIRECTORY") or os.getcwd()

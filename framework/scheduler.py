@@ -30,6 +30,7 @@ import pwd
 import socket
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Optional, Protocol
 
@@ -161,6 +162,7 @@ class GpuScheduler:
         self._maintenance: Optional[threading.Thread] = None
         self._last_reconcile = 0.0
         self._restart_driver = False
+        self._offers_seen: Counter = Counter()
         self._recover()
 
     # -- public API -------------------------------------------------------------------
@@ -263,6 +265,11 @@ class GpuScheduler:
             record = self._records.get(task_id)
             return self._copy(record) if record else None
 
+    def offers_seen(self) -> dict[str, int]:
+        """How many offers came from each agent hostname since start."""
+        with self._lock:
+            return dict(self._offers_seen)
+
     def on_update(self, callback: Callable[[TaskRecord], None]) -> None:
         """Call `callback(record copy)` after every state change of any task."""
         self._callbacks.append(callback)
@@ -291,6 +298,7 @@ class GpuScheduler:
 
     def resourceOffers(self, driver: SchedulerDriver, offers: list[dict]) -> None:
         with self._lock:
+            self._offers_seen.update(o.get("hostname", "") for o in offers)
             now = time.time()
             waiting = [r.spec for r in self._records.values()
                        if r.state == PENDING and r.not_before <= now and not r.kill_requested]

@@ -13,7 +13,7 @@ runc) container. So:
 - TaskInfo `container` still says what the task is (type DOCKER with its image,
   or type MESOS with or without a Docker image), so the master's and the
   agent's state show it. The real Mesos 1.11 master accepts both on a task with
-  a custom executor (checked by tests/framework/test_scheduler_e2e.py); the
+  a custom executor (exercised by tests/framework/test_gpu_tasks.py); the
   agent's `mesos` containerizer only acts on ExecutorInfo.container, which we
   leave unset, so it never needs Docker binaries or an image store.
 - the `gpus` scalar is in the task's resources: the master counts it, the
