@@ -9,7 +9,7 @@ import threading
 import time
 from typing import Dict, List, Optional
 
-from framework.embedded import test_bed
+from framework.embedded import bed_errors_as_user_errors, test_bed
 from isolator import mesos_agent_flags, nvml
 from isolator.gpu import Inventory
 from volumes.errors import UserError
@@ -87,6 +87,11 @@ def describe_offer(offer: dict) -> str:
 
 
 def run(args) -> int:
+    with bed_errors_as_user_errors():
+        return _run(args)
+
+
+def _run(args) -> int:
     t0 = time.time()
     inv = discover_or_simulate(args.nvml_library)
     settings = agent_settings(inv)

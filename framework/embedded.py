@@ -6,8 +6,10 @@ built by `install.sh`. They are for trying the product on one machine; a real
 deployment points the framework at its own Mesos master.
 """
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
+from typing import Iterator
 
 from volumes.errors import UserError
 
@@ -23,3 +25,15 @@ def test_bed() -> ModuleType:
         sys.path.insert(0, str(CHECKOUT))
     import tests.bed
     return tests.bed
+
+
+@contextmanager
+def bed_errors_as_user_errors() -> Iterator[None]:
+    """A test bed part that cannot be set up (no network for the first download,
+    say) is reported as one line, like any other operator-facing error."""
+    test_bed()
+    from tests.bed.paths import BedError
+    try:
+        yield
+    except BedError as e:
+        raise UserError(f"embedded test bed: {e}") from None

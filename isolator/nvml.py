@@ -132,6 +132,12 @@ def discover(library: Optional[str] = None) -> Inventory:
     except NvmlUnavailable as e:
         log.info("0 GPUs: %s", e)
         return Inventory(unavailable=str(e))
+    if not inv.gpus:
+        reason = f"NVML ({inv.library}, driver {inv.driver_version}) reports no GPU"
+        log.info("0 GPUs: %s", reason)
+        return Inventory(driver_version=inv.driver_version,
+                         cuda_driver_version=inv.cuda_driver_version,
+                         nvml_version=inv.nvml_version, library=inv.library, unavailable=reason)
     log.info("%d GPU(s) found through %s, driver %s, CUDA %s", len(inv.gpus), inv.library,
              inv.driver_version, inv.cuda_driver_version)
     return inv
