@@ -24,7 +24,7 @@ from framework.marathon.app_model import only_scaling
 from framework.marathon.deployments import RESTART, SCALE, START, STOP, timestamp
 from framework.marathon.events import EventBus
 from framework.marathon.task_records import TERMINAL_STATES, TaskView, view_of
-from framework.marathon.validation import ApiError, app_locked, app_not_found, message, task_not_found
+from framework.marathon.validation import app_locked, app_not_found, message, task_not_found
 from framework.state_store import StateStore
 from volumes.errors import UserError
 

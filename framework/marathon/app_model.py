@@ -16,9 +16,10 @@ from typing import Any, Dict, List, Optional
 
 from framework import constraints as constraint_rules
 from framework.marathon import ids
-from framework.marathon.json_reader import Reader, child, index
+from framework.marathon.json_reader import Reader, child
 from framework.marathon.security import DockerPolicy, refusal
 from framework.marathon.validation import Violations
+from framework.matching import GPU_SCHEDULING_BEHAVIORS, GPU_SCHEDULING_LABEL
 
 DOCKER, MESOS = "DOCKER", "MESOS"
 DEFAULTS = {
@@ -336,6 +337,10 @@ def _check_rules(app: dict, v: Violations, policy: DockerPolicy) -> None:
         v.rule("/", "portDefinitions are only allowed with host-networking")
     if host_networking and container and container.get("portMappings"):
         v.rule("/", "portMappings are not allowed with host-networking")
+    behavior = app["labels"].get(GPU_SCHEDULING_LABEL)
+    if behavior is not None and behavior not in GPU_SCHEDULING_BEHAVIORS:
+        v.rule(f"/labels/{GPU_SCHEDULING_LABEL}",
+               f"must be one of {', '.join(GPU_SCHEDULING_BEHAVIORS)}")
     if app["labels"].get("MARATHON_SINGLE_INSTANCE_APP") == "true" and app["instances"] > 1:
         v.rule("/", "Single instance app may only have one instance")
     _check_unique_ports(app["portDefinitions"], v)
@@ -421,7 +426,3 @@ def to_json(app: dict) -> dict:
     out["healthChecks"] = []
     return out
 
-
-def numbers_as_written(app: dict) -> dict:
-    """Whole floats as ints (`"cpus": 1` not `1.0`), as Marathon's serializer writes them."""
-    return {k: (int(v) if isinstance(v, float) and v.is_integer() else v) for k, v in app.items()}

@@ -4,11 +4,10 @@ Kept free of sockets so every route can be read in one place; `server.py`
 puts it behind an HTTP server. Query booleans are read as Marathon (JAX-RS)
 reads them: `true` in any case is true, anything else false.
 """
-import json
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional
 from urllib.parse import parse_qs, unquote
 
 from framework.marathon import app_model, deployments, ids

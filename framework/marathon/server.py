@@ -7,7 +7,7 @@ import json
 import logging
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable, Optional
+from typing import Optional
 
 from framework.marathon.events import OVERFLOW, EventBus
 from framework.marathon.http_api import MarathonApi, Request, Response

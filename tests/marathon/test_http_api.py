@@ -4,12 +4,10 @@ cannot be placed, so no executor is needed)."""
 import json
 import socket
 import threading
-import time
 
 import pytest
 
 from tests.marathon.conftest import client_of, wait_for
-from tests.marathon.http_client import Client
 
 NEVER_PLACED = [["gpu_type", "IS", "no_such_gpu"]]   # waits in the queue for ever
 
