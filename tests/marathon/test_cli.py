@@ -1,0 +1,36 @@
+"""`mesos-gpu framework` on the command line: help on every flag, bad flags as
+one line naming the flag (exit 2), nothing created for a refused start."""
+import sys
+import subprocess
+
+MESOS_GPU = [sys.executable, "-m", "framework.main"]
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(MESOS_GPU + list(args), capture_output=True, text=True, timeout=60)
+
+
+def test_help_explains_every_flag():
+    out = run("framework", "--help").stdout
+    for flag in ("--master", "--http_address", "--http_port", "--state_dir", "--http_credentials",
+                 "--http_token_file", "--allow_docker_parameters", "--max_body_bytes"):
+        assert flag in out
+    assert "127.0.0.1" in out
+
+
+def test_bad_flags_are_one_line_errors(tmp_path):
+    state = tmp_path / "state"
+    cases = [
+        (["--http_credentials", "no-colon"], "--http_credentials"),
+        (["--http_port", "70000"], "--http_port"),
+        (["--http_token_file", str(tmp_path / "missing")], "--http_token_file"),
+        (["--max_body_bytes", "10"], "--max_body_bytes"),
+    ]
+    for extra, flag in cases:
+        result = run("framework", "--master", "127.0.0.1:1", "--state_dir", str(state), *extra)
+        assert result.returncode == 2, result
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and flag in lines[0], result.stderr
+    assert not state.exists()
+    both = run("framework", "--master", "x:1", "--http_credentials", "a:b", "--http_token_file", "f")
+    assert both.returncode == 2 and "not allowed with" in both.stderr
