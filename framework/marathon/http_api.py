@@ -4,6 +4,7 @@ Kept free of sockets so every route can be read in one place; `server.py`
 puts it behind an HTTP server. Query booleans are read as Marathon (JAX-RS)
 reads them: `true` in any case is true, anything else false.
 """
+import json
 import logging
 import re
 from dataclasses import dataclass, field
@@ -69,6 +70,7 @@ class MarathonApi:
         self.manager = manager
         self.policy = policy
         self.info = info
+        self._texts: Dict[str, tuple] = {}     # app id -> (stored app, its JSON text)
 
     def handle(self, request: Request) -> Response:
         try:
@@ -198,8 +200,22 @@ class MarathonApi:
                 selector = label_selector(label)
                 apps = [a for a in apps if selector(a["labels"])]
             index = self.manager.by_app()
-            return Response(200, {"apps": [self._app_json(a, embeds, r.flag("gpus"), index)
-                                           for a in apps]})
+            texts = [self._app_text(a, embeds, r.flag("gpus"), index) for a in apps]
+            if not (cmd or wanted_id or label):      # forget the texts of deleted apps
+                self._texts = {a["id"]: self._texts[a["id"]] for a in apps}
+        return Response(200, ('{"apps":[' + ",".join(texts) + "]}").encode(),
+                        {"Content-Type": "application/json"})
+
+    def _app_text(self, app: dict, embeds: set, with_gpus: bool, index) -> str:
+        """One app of a list as JSON text: its definition serialized once per
+        stored version (listing 1,000 apps is mostly serialization), the
+        status fields fresh each time."""
+        cached = self._texts.get(app["id"])
+        if cached is None or cached[0] is not app:
+            cached = (app, json.dumps(app_model.to_json(app), separators=(",", ":")))
+            self._texts[app["id"]] = cached
+        status = self._status_json(app, embeds, with_gpus, index)
+        return cached[1][:-1] + "," + json.dumps(status, separators=(",", ":"))[1:]
 
     def show_app(self, r: Request, app_id: str) -> Response:
         with self.manager.lock:
@@ -208,10 +224,15 @@ class MarathonApi:
             return Response(200, {"app": self._app_json(app, embeds, r.flag("gpus"))})
 
     def _app_json(self, app: dict, embeds: set, with_gpus: bool = False, index=None) -> dict:
+        out = app_model.to_json(app)
+        out.update(self._status_json(app, embeds, with_gpus, index))
+        return out
+
+    def _status_json(self, app: dict, embeds: set, with_gpus: bool, index=None) -> dict:
+        """Counts, deployments and (when embedded) tasks and the last failure."""
         plans, tasks = index or self.manager.by_app()
         app_tasks = tasks.get(app["id"], [])
-        out = app_model.to_json(app)
-        out.update(self.manager.counts(app["id"], app_tasks))
+        out = self.manager.counts(app["id"], app_tasks)
         out["deployments"] = [{"id": i} for i in plans.get(app["id"], [])]
         if embeds & {"tasks", "failures"}:
             out["tasks"] = [self._task_json(t, with_gpus) for t in app_tasks]

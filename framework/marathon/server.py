@@ -131,6 +131,8 @@ class MarathonHandler(BaseHTTPRequestHandler):
         headers = dict(response.headers)
         if response.body is None:
             data = b""
+        elif isinstance(response.body, bytes):
+            data = response.body
         elif isinstance(response.body, str) and "Content-Type" not in headers:
             data = response.body.encode()
             headers["Content-Type"] = "text/plain; charset=utf-8"
