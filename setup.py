@@ -25,6 +25,9 @@ setup(
             "hypothesis>=6.100",
             # NVIDIA's real nvml.h, for compiling the test bed's fake libnvidia-ml.
             "nvidia-nvml-dev>=13.0",
+            # A real, unmodified Marathon client (its last release) proves our API
+            # answers the way existing Marathon clients expect.
+            "marathon==0.13.0",
         ],
     },
     entry_points={"console_scripts": ["mesos-gpu = framework.main:main"]},
