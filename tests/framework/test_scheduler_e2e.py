@@ -58,10 +58,12 @@ def p100_agent(master):
         yield agent
 
 
-def make_scheduler(master, tmp_path, name, **kw):
+def make_scheduler(master, tmp_path, name, retry=RetryPolicy(max_attempts=1),
+                   docker_host=None, **kw):
     config = SchedulerConfig(master=master if isinstance(master, str) else master.address,
-                             name=name, refuse_seconds=1, retry=RetryPolicy(max_attempts=1),
-                             executor=ExecutorSettings(agent_socket=None), **kw)
+                             name=name, refuse_seconds=1, retry=retry,
+                             executor=ExecutorSettings(agent_socket=None, docker_host=docker_host),
+                             **kw)
     return GpuScheduler(config, StateStore(tmp_path / name))
 
 
@@ -201,3 +203,29 @@ def test_subscribes_through_a_redirecting_master_address(master, p100_agent, tmp
     finally:
         sched.stop(teardown=True)
         server.shutdown()
+
+
+def test_failed_task_is_retried_with_back_off_then_fails(master, p100_agent, tmp_path):
+    sched = make_scheduler(master, tmp_path, "fw-retry",
+                           retry=RetryPolicy(max_attempts=3, backoff_seconds=0.5, factor=2),
+                           docker_host=f"unix://{tmp_path}/no-docker.sock")
+    seen = []
+    sched.on_update(lambda r: seen.append((r.state, r.mesos_task_id, r.message)))
+    sched.start()
+    try:
+        sched.submit(TaskSpec(id="flaky", gpus=1, cpus=0.1, mem=32, cmd="exit 3"))
+        record = wait_for(sched, "flaky", {"TASK_FAILED"}, timeout=60)
+        assert record.attempts == 3 and record.mesos_task_id == "flaky.retry2"
+        assert record.message == "the command exited with code 3"
+        retries = [m for state, _, m in seen if state == "PENDING" and "retrying" in m]
+        assert [m.rsplit(" ", 1)[-1] for m in retries] == ["0.5s", "1s"]
+        running = [mesos_id for state, mesos_id, _ in seen if state == "TASK_RUNNING"]
+        assert running == ["flaky", "flaky.retry1", "flaky.retry2"]
+        # a failure no retry can mend (no Docker engine on that agent) is not retried
+        sched.submit(TaskSpec(id="no-engine", container="DOCKER", image="busybox", cpus=0.1,
+                              mem=32, gpus=1, cmd="true"))
+        record = wait_for(sched, "no-engine", {"TASK_FAILED"}, timeout=30)
+        assert record.attempts == 1 and "no Docker engine" in record.message
+        assert p100_agent.node.allocated() == []
+    finally:
+        sched.stop(teardown=True)
