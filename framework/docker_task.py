@@ -21,6 +21,7 @@ import docker
 import docker.errors
 
 from framework.launch_errors import TaskFailure
+from framework.task_process import command_of, task_environment
 from framework.task_spec import TaskSpec
 from isolator import docker_devices
 from volumes import environment, image_rules
@@ -54,26 +55,6 @@ def check_cuda(driver_cuda: Optional[str], image: image_rules.ImageInfo) -> None
         image_rules.check_cuda(driver_cuda, image.cuda_version)
     except UserError as e:
         raise TaskFailure(f"image {image.ref}: {e}") from None
-
-
-def container_env(spec: TaskSpec, image_env: Mapping[str, str], grant: Mapping[str, Any],
-                  with_volume: bool, extra: Mapping[str, str]) -> dict[str, str]:
-    """The task's environment: the volume's PATH/LD_LIBRARY_PATH (when mounted),
-    the task's own variables, then what the grant says (it cannot be overridden)."""
-    env: dict[str, str] = {}
-    if with_volume:
-        env.update(environment.nvidia_environment({**image_env, **spec.env}))
-    env.update(spec.env)
-    env.update(extra)
-    env.update(grant.get("env") or {})
-    return env
-
-
-def command_of(spec: TaskSpec) -> Optional[list[str]]:
-    """cmd runs in a shell; args go after the image's entrypoint; neither: the image's CMD."""
-    if spec.cmd is not None:
-        return ["/bin/sh", "-c", spec.cmd]
-    return list(spec.args) or None
 
 
 class DockerTask:
@@ -111,8 +92,8 @@ class DockerTask:
             kwargs["mem_limit"] = f"{max(6, int(self.spec.mem))}m"
         if self.spec.cpus > 0:
             kwargs["cpu_shares"] = max(2, int(self.spec.cpus * 1024))
-        env = container_env(self.spec, self.image.env, self.grant, bool(self.volume_path),
-                            self.extra_env)
+        env = task_environment(self.spec, self.image.env, self.grant, bool(self.volume_path),
+                               self.extra_env)
         labels = {**docker_devices.labels(self.container_id), TASK_LABEL: self.spec.id}
         try:
             self.container = self.client.containers.create(

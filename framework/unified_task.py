@@ -29,8 +29,8 @@ from typing import Any, Mapping, Optional
 import docker
 import docker.errors
 
-from framework.docker_task import command_of
 from framework.launch_errors import TaskFailure
+from framework.task_process import command_of, task_environment
 from framework.task_spec import TaskSpec
 from volumes import environment
 from volumes.image_rules import ImageInfo, needs_volume
@@ -65,17 +65,6 @@ def become_subreaper() -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         log.warning("prctl(PR_SET_CHILD_SUBREAPER): errno %d", ctypes.get_errno())
-
-
-def task_environment(spec: TaskSpec, base: Mapping[str, str], grant: Mapping[str, Any],
-                     with_volume: bool, extra: Mapping[str, str]) -> dict[str, str]:
-    env = dict(base)
-    if with_volume:
-        env.update(environment.nvidia_environment({**base, **spec.env}))
-    env.update(spec.env)
-    env.update(extra)
-    env.update(grant.get("env") or {})
-    return env
 
 
 def _volume(grant: Mapping[str, Any], wanted: bool) -> Optional[str]:

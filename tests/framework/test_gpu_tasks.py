@@ -4,7 +4,6 @@ real agent daemon over a fake K80, the real Docker engine and real cgroups.
 One cluster and one scheduler for the module."""
 import time
 
-import docker
 import pytest
 
 from framework.scheduler import GpuScheduler, RetryPolicy, SchedulerConfig

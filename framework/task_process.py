@@ -1,0 +1,28 @@
+"""What a task's process is given, whatever runs it (Docker, runc, the host):
+its argv and its environment."""
+from typing import Any, Mapping, Optional
+
+from framework.task_spec import TaskSpec
+from volumes import environment
+
+
+def command_of(spec: TaskSpec) -> Optional[list[str]]:
+    """cmd runs in a shell; args go after the image's entrypoint; neither: the image's CMD."""
+    if spec.cmd is not None:
+        return ["/bin/sh", "-c", spec.cmd]
+    return list(spec.args) or None
+
+
+def task_environment(spec: TaskSpec, base: Mapping[str, str], grant: Mapping[str, Any],
+                     with_volume: bool, extra: Mapping[str, str]) -> dict[str, str]:
+    """`base` (the image's or a default environment), the driver volume's PATH
+    and LD_LIBRARY_PATH when it is mounted (as Mesos sets them), the task's own
+    variables, `extra` (MESOS_TASK_ID...), then the grant's NVIDIA_VISIBLE_DEVICES
+    and CUDA_VISIBLE_DEVICES, which the task cannot override."""
+    env = dict(base)
+    if with_volume:
+        env.update(environment.nvidia_environment({**base, **spec.env}))
+    env.update(spec.env)
+    env.update(extra)
+    env.update(grant.get("env") or {})
+    return env
