@@ -24,11 +24,21 @@ def _write(path: str, name: str, text: str) -> None:
         os.close(fd)
 
 
-def create(path: str) -> None:
-    """The cgroup, with every device denied (its parents are created as needed)."""
+def create(path: str, rules: Sequence[Rule] = ()) -> None:
+    """The cgroup with every device denied but `rules` (parents made as needed)."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     os.mkdir(path)
-    _write(path, "devices.deny", "a")
+    try:
+        _write(path, "devices.deny", "a")
+        fd = os.open(os.path.join(path, "devices.allow"), os.O_WRONLY)
+        try:
+            for rule in rules:             # the kernel takes one rule per write
+                os.write(fd, rule.to_v1().encode())
+        finally:
+            os.close(fd)
+    except BaseException:
+        os.rmdir(path)                     # still empty: nothing was moved in yet
+        raise
 
 
 def read_rules(path: str) -> List[Rule]:

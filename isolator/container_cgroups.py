@@ -34,9 +34,8 @@ class ContainerCgroups:
         try:
             for version, path in paths.items():
                 if version == "v1":
-                    cgroups_v1.create(path)
+                    cgroups_v1.create(path, rules)
                     made.append(path)
-                    cgroups_v1.apply(path, rules)
                 else:
                     os.makedirs(os.path.dirname(path), exist_ok=True)
                     os.mkdir(path)
@@ -54,8 +53,11 @@ class ContainerCgroups:
             raise
         return paths
 
-    def apply(self, paths: Dict[str, str], rules: Sequence[Rule]) -> None:
+    def apply(self, paths: Dict[str, str], rules: Sequence[Rule], v2: bool = True) -> None:
+        """Make `rules` the container's rules (v2=False: leave the eBPF programs be)."""
         for version, path in paths.items():
+            if version == "v2" and not v2:
+                continue
             try:
                 if version == "v1":
                     cgroups_v1.apply(path, rules)
@@ -78,6 +80,11 @@ class ContainerCgroups:
             except (cgroups_v1.CgroupGone, cgroups_v2.CgroupGone):
                 raise CgroupVanished(path) from None
         return allowed
+
+    def single_program(self, paths: Dict[str, str]) -> bool:
+        """True when each v2 cgroup has exactly one device program (no update was
+        cut short between attaching the new program and detaching the old)."""
+        return all(cgroups_v2.program_count(p) == 1 for v, p in paths.items() if v == "v2")
 
     def procs(self, paths: Dict[str, str]) -> Optional[List[int]]:
         """Pids in any of the cgroups; None when none of them exists."""

@@ -105,9 +105,10 @@ class AgentService:
                 return True
             return False
 
-    def _answer(self, h: Holding) -> Dict:
+    def _answer(self, h: Holding, control: Optional[List[devices.DeviceNode]] = None) -> Dict:
         gpus = [self.gpus[m] for m in h.gpus if m in self.gpus]
-        nodes = self._control() + [devices.gpu_node(g, self.dev_dir) for g in gpus]
+        control = self._control() if control is None else control
+        nodes = control + [devices.gpu_node(g, self.dev_dir) for g in gpus]
         uuids = ",".join(g.uuid for g in gpus)
         return {"container_id": h.container_id, "kind": h.kind,
                 "gpus": [g.to_json() for g in gpus],

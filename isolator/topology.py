@@ -46,12 +46,13 @@ class Topology:
 
     def __init__(self, links: Mapping[Tuple[int, int], Link]) -> None:
         self._links = {tuple(sorted(k)): v for k, v in links.items()}
+        self._scores = {k: v.score for k, v in self._links.items()}   # asked for often
 
     def link(self, a: int, b: int) -> Link:
         return self._links.get((min(a, b), max(a, b)), Link())
 
     def score(self, a: int, b: int) -> int:
-        return self.link(a, b).score
+        return self._scores.get((a, b) if a < b else (b, a), 0)
 
     def set_score(self, minors: Iterable[int]) -> int:
         return sum(self.score(a, b) for a, b in combinations(sorted(minors), 2))
