@@ -229,3 +229,13 @@ def test_failed_task_is_retried_with_back_off_then_fails(master, p100_agent, tmp
         assert p100_agent.node.allocated() == []
     finally:
         sched.stop(teardown=True)
+
+
+def test_offers_are_suppressed_while_idle_and_revived_for_new_work(master, p100_agent, scheduler):
+    time.sleep(1.5)                      # settle: suppressed right after subscribing
+    idle = scheduler.offers_seen().get("agent-p100", 0)
+    time.sleep(3)                        # declined offers (1 s filter) would come back
+    assert scheduler.offers_seen().get("agent-p100", 0) == idle
+    scheduler.submit(TaskSpec(id="wake-up", gpus=1, cpus=0.1, mem=32, cmd="true"))
+    assert wait_for(scheduler, "wake-up", {"TASK_FINISHED"}).hostname == "agent-p100"
+    assert scheduler.offers_seen()["agent-p100"] > idle
