@@ -6,8 +6,9 @@ To change the rules we attach the new program first and then detach the old
 ones; with several programs attached the kernel allows only what all allow,
 so a process never holds more than the old or the new rules give.
 """
+import functools
 import os
-from typing import Iterable, List, Optional, Sequence, Set
+from typing import FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple
 
 from isolator import bpf, device_program
 from isolator.devices import Rule
@@ -82,8 +83,18 @@ def allowed_gpu_minors(path: str, minors: Iterable[int]) -> Optional[Set[int]]:
     progs = programs(path)
     if not progs:
         return None
-    return {m for m in minors
-            if all(device_program.evaluate(p, "c", NVIDIA_MAJOR, m, "rw") for p in progs)}
+    minors = tuple(minors)
+    allowed = set(minors)
+    for prog in progs:
+        allowed &= _allowed_by(prog, minors)
+    return allowed
+
+
+@functools.lru_cache(maxsize=4096)
+def _allowed_by(prog: bytes, minors: Tuple[int, ...]) -> FrozenSet[int]:
+    """Containers holding the same GPUs have the same program: evaluate it once."""
+    return frozenset(m for m in minors
+                     if device_program.evaluate(prog, "c", NVIDIA_MAJOR, m, "rw"))
 
 
 def program_count(path: str) -> int:
