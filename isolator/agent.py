@@ -85,6 +85,7 @@ def _log_devices(dev_dir: str, managed) -> None:
 def build_service(args) -> AgentService:
     """Everything the daemon needs, checked, discovered and recovered."""
     flags.check_isolation(args.isolation)
+    flags.check_daemon_values(args)
     _work_dir(args.work_dir)
     inventory = nvml.discover(args.nvml_library)
     selection = flags.select_gpus(inventory, args.nvidia_gpu_devices, args.resources)
@@ -129,6 +130,7 @@ def _housekeeping(service: AgentService, stop: threading.Event, flush_every: flo
 
 
 def run(args) -> int:
+    flags.check_daemon_values(args)
     _work_dir(args.work_dir)
     lock_fd = _lock(args.work_dir)
     try:

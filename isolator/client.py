@@ -6,6 +6,10 @@
     ...
     client.cleanup(container_id)
 
+Isolate before the task runs: start the child held (e.g. waiting on a pipe),
+isolate its pid, then let it exec the task; for Docker, isolate the created
+container (label mesos-gpu.container-id=<id>) before starting it.
+
 Every refusal raises AgentError (a UserError) carrying the daemon's message and
 HTTP status; a daemon that cannot be reached is AgentError with status 503.
 """

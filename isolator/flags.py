@@ -218,6 +218,20 @@ def device_cgroup_versions(choice: str, devices_v1: Optional[str],
     return versions
 
 
+def check_daemon_values(args) -> None:
+    """The daemon's own flags: names that stay inside their trees, positive times."""
+    parts = args.cgroups_root.split("/")
+    if not args.cgroups_root or any(p in ("", ".", "..") or not re.fullmatch(r"[A-Za-z0-9_.-]+", p)
+                                    for p in parts):
+        raise FlagError(f"--cgroups_root={args.cgroups_root}: must be a relative cgroup path of "
+                        "A-Z a-z 0-9 _ . - names (no '..')")
+    for name in ("prepare_timeout", "ledger_flush_interval"):
+        if not getattr(args, name) > 0:
+            raise FlagError(f"--{name}={getattr(args, name)}: must be a positive number of "
+                            "seconds")
+    check_work_dir(args.work_dir)
+
+
 def check_work_dir(work_dir: str) -> str:
     if not os.path.isabs(work_dir):
         raise FlagError(f"--work_dir={work_dir}: must be an absolute path")

@@ -125,3 +125,16 @@ def test_agent_help_documents_every_flag_and_the_mixed_encoding(mesos_gpu_cli):
                  "--docker_socket", "--dev_dir", "--cgroups_root"):
         assert flag in r.stdout
     assert "most common model" in r.stdout and "gpu_types" in r.stdout
+
+
+def test_daemon_values_checked():
+    from argparse import Namespace
+    ok = dict(cgroups_root="mesos-gpu", prepare_timeout=600.0, ledger_flush_interval=1.0,
+              work_dir="/var/lib/mesos-gpu")
+    flags.check_daemon_values(Namespace(**ok))
+    flags.check_daemon_values(Namespace(**{**ok, "cgroups_root": "mesos/gpu"}))
+    for bad, text in (({"cgroups_root": "../escape"}, "no '..'"),
+                      ({"cgroups_root": "/abs"}, "relative cgroup path"),
+                      ({"prepare_timeout": 0.0}, "--prepare_timeout=0.0: must be a positive"),
+                      ({"work_dir": "rel"}, "must be an absolute path")):
+        assert text in _err(flags.check_daemon_values, Namespace(**{**ok, **bad}))
