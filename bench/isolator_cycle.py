@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from isolator import (bpf, cgroup_host, cgroups_v2, device_program, devices,  # noqa: E402
+from isolator import (bpf, cgroup_host, device_program, devices,  # noqa: E402
                       nvml, topology)
 from isolator.client import AgentClient  # noqa: E402
 from isolator.container_cgroups import ContainerCgroups  # noqa: E402

@@ -1,6 +1,5 @@
 """The daemon as an operator and an executor see it: start-up log, the API's
 answers and refusals, usage and metrics, clean stop on SIGTERM."""
-import json
 import os
 import signal
 import socket
