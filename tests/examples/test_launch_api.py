@@ -73,7 +73,7 @@ def test_all_four_app_files_are_accepted_as_written_then_deleted(api):
         assert app["container"]["docker"]["image"] == "mesos-gpu/cognitive:1"
         assert app["constraints"] == [["gpu_type", "LIKE", "tesla_.*"]]
         assert app["labels"]["example"] == "cognitive"
-        assert app["cmd"].startswith("python3 -m glyphnet ")
+        assert app["cmd"].startswith("exec python3 -m glyphnet ")
 
     again = launch("--api", api, "--container", "both", "--wait", "0", "--delete")
     assert again.returncode == 0, again.stdout + again.stderr

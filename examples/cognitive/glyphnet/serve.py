@@ -1,6 +1,7 @@
 """The inference service: the glyph classifier over HTTP.
 
-GET /health  -> {"status": "ok", "compute": ..., "model": ..., "requests": N}
+GET /health  -> {"status": "ok", "compute": "gpu"|"cpu", "device": ..., "fallback_reason": ...,
+                 "granted_gpus": $NVIDIA_VISIBLE_DEVICES, "model": ..., "requests": N}
 POST /predict {"glyphs": [G, ...]} where each G is 64 numbers (row-major 8x8,
               about 0 blank and 1 ink) or 8 strings of 8 characters '#'/'.'
            -> {"predictions": [{"label": "7", "confidence": 0.98}, ...], "compute": "gpu"}
@@ -76,6 +77,8 @@ class Service:
     def health(self) -> Dict:
         return {"status": "ok", "compute": self.backend.kind, "device": self.backend.description,
                 "fallback_reason": self.backend.fallback_reason,
+                # What the agent granted this task (set in its environment), used or not.
+                "granted_gpus": os.environ.get("NVIDIA_VISIBLE_DEVICES"),
                 "model": {"shape": self.model.shape, "classes": list(self.model.classes),
                           **self.model.meta},
                 "requests": self.requests}
