@@ -21,7 +21,7 @@ import docker
 import docker.errors
 
 from framework.launch_errors import TaskFailure
-from framework.task_process import command_of, task_environment
+from framework.task_process import command_of, driver_volume, task_environment
 from framework.task_spec import TaskSpec
 from isolator import docker_devices
 from volumes import environment, image_rules
@@ -70,7 +70,7 @@ class DockerTask:
         self.grant = grant
         self.extra_env = extra_env
         self.container: Optional[Any] = None
-        self.volume_path: Optional[str] = None
+        self.volume_path = driver_volume(grant, image.needs_volume)
 
     def describe(self) -> str:
         volume = f", driver volume {self.volume_path}" if self.volume_path else ""
@@ -78,13 +78,6 @@ class DockerTask:
 
     def create(self) -> str:
         """Create (not start) the container; returns its Docker id."""
-        volume = self.grant.get("volume")
-        wants_volume = self.image.needs_volume
-        if wants_volume and volume:
-            self.volume_path = volume["path"]
-        elif wants_volume:
-            log.info("image %s asks for the driver volume, but this container holds no GPU: "
-                     "none mounted", self.image.ref)
         kwargs: dict[str, Any] = dict(docker_devices.docker_options(self.grant))
         if self.volume_path:
             kwargs["volumes"] = {self.volume_path: {"bind": environment.MOUNT_POINT, "mode": "ro"}}

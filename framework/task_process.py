@@ -1,9 +1,12 @@
 """What a task's process is given, whatever runs it (Docker, runc, the host):
 its argv and its environment."""
+import logging
 from typing import Any, Mapping, Optional
 
 from framework.task_spec import TaskSpec
 from volumes import environment
+
+log = logging.getLogger(__name__)
 
 
 def command_of(spec: TaskSpec) -> Optional[list[str]]:
@@ -26,3 +29,12 @@ def task_environment(spec: TaskSpec, base: Mapping[str, str], grant: Mapping[str
     env.update(extra)
     env.update(grant.get("env") or {})
     return env
+
+
+def driver_volume(grant: Mapping[str, Any], wanted: bool) -> Optional[str]:
+    """The driver volume's path to mount, when the image rules want it and the
+    grant has one (a container without GPUs gets none)."""
+    volume = grant.get("volume")
+    if wanted and not volume:
+        log.info("the task asks for the driver volume but holds no GPU: none mounted")
+    return volume["path"] if wanted and volume else None

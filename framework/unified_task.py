@@ -30,7 +30,7 @@ import docker
 import docker.errors
 
 from framework.launch_errors import TaskFailure
-from framework.task_process import command_of, task_environment
+from framework.task_process import command_of, driver_volume, task_environment
 from framework.task_spec import TaskSpec
 from volumes import environment
 from volumes.image_rules import ImageInfo, needs_volume
@@ -67,13 +67,6 @@ def become_subreaper() -> None:
         log.warning("prctl(PR_SET_CHILD_SUBREAPER): errno %d", ctypes.get_errno())
 
 
-def _volume(grant: Mapping[str, Any], wanted: bool) -> Optional[str]:
-    volume = grant.get("volume")
-    if wanted and not volume:
-        log.info("the task asks for the driver volume but holds no GPU: none mounted")
-    return volume["path"] if wanted and volume else None
-
-
 def _kill_group(pid: int, sig: int) -> None:
     try:
         os.killpg(pid, sig)
@@ -90,7 +83,7 @@ class HostTask:
         self.container_id = container_id
         self.grant = grant
         self.sandbox = sandbox
-        self.volume_path = _volume(grant, needs_volume(spec.labels, spec.env))
+        self.volume_path = driver_volume(grant, needs_volume(spec.labels, spec.env))
         base = {"PATH": environment.DEFAULT_PATH, "HOME": "/root", "MESOS_SANDBOX": sandbox}
         self.env = task_environment(spec, base, grant, bool(self.volume_path), extra_env)
         self.process: Optional[subprocess.Popen] = None
@@ -165,7 +158,7 @@ class RuncTask:
         self.grant = grant
         self.extra_env = extra_env
         self.runc = shutil.which(runc) or runc
-        self.volume_path = _volume(grant, image.needs_volume)
+        self.volume_path = driver_volume(grant, image.needs_volume)
         self.bundle: Optional[Path] = None
         self.pid: Optional[int] = None
 
