@@ -21,7 +21,7 @@ from tests.bed import cgroups as bed_cgroups
 from tests.bed import driver_files
 from volumes import builder, image_rules
 
-TAG = "mesos-gpu-test/cognitive:1"
+TAG = image.DEFAULT_TAG          # the tag the app files name (test_launch_e2e reuses it)
 
 
 @pytest.fixture(scope="module")

@@ -2,10 +2,11 @@
 replays a fixed sequence of Marathon task states (tasks staged, running with
 their GPUs, finished, failed and relaunched).
 
-Why not the real framework here: on this test bed its tasks do not yet get to
-run in the cognitive image (test_launch_api.py covers submission, refusals and
-deletion against it); the replayed states use the field names the real API
-serves (tasksStaged/tasksRunning, lastTaskFailure, gpuUuids with ?gpus=true).
+The real run is test_launch_e2e.py (the real framework, Mesos, Docker and runc);
+this one covers what is hard to produce there on demand: a failed run followed
+by a relaunch, a timeout, the line-per-change output. The replayed states use
+the field names the real API serves (tasksStaged/tasksRunning, lastTaskFailure,
+gpuUuids with ?gpus=true).
 """
 import json
 import subprocess
@@ -110,7 +111,7 @@ def replay() -> Iterator:
 
     def start(scripts: Dict[str, List[dict]]) -> ReplayedMarathon:
         server = ReplayedMarathon(scripts)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         servers.append(server)
         return server
 
