@@ -245,6 +245,7 @@ def existing_image(client, tag: str):
 def build(docker_host: str, tag: str = DEFAULT_TAG, cache: Path = DEFAULT_CACHE,
           mirror: Optional[str] = None, suite: str = SUITE) -> Built:
     """Make sure the engine at docker_host has `tag` built from the current workload."""
+    import docker
     start = time.monotonic()
     if ":" not in tag.rsplit("/", 1)[-1]:
         raise ImageError(f"--tag: expected NAME:TAG, got {tag!r}")
@@ -265,6 +266,10 @@ def build(docker_host: str, tag: str = DEFAULT_TAG, cache: Path = DEFAULT_CACHE,
             repository, _, version = tag.rpartition(":")
             client.api.import_image(src=str(tar_path), repository=repository, tag=version,
                                     changes=image_changes(content))
+        except subprocess.CalledProcessError as e:
+            raise ImageError(f"tar of {rootfs} failed (exit {e.returncode})") from None
+        except docker.errors.APIError as e:
+            raise ImageError(f"the engine at {docker_host} refused the import: {e}") from None
         finally:
             tar_path.unlink(missing_ok=True)
         image = existing_image(client, tag)
@@ -288,7 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
                "reuse the cache.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     b = sub.add_parser("build", help="build (or confirm) the image in a Docker engine",
-                       description="Build the cognitive image into the engine at --docker-host.")
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     b.add_argument("--docker-host", default=os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock"),
                    help="the engine to import into, e.g. unix:///run/docker.sock "
                         "[$DOCKER_HOST, else %(default)s]")

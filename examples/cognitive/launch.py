@@ -307,7 +307,7 @@ def watch_until(api: Api, watches: List[Watch], wait: float, progress: Progress)
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="launch.py", description=__doc__.split("\n\n")[0].strip(),
+        prog="launch.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Build the image first: examples/cognitive/image.py build --docker-host unix:///...")
     parser.add_argument("--api", required=True,
                         help="base URL of the Marathon-style API, e.g. http://127.0.0.1:8080")

@@ -4,6 +4,7 @@ import sys
 from typing import List, Optional
 
 from .backend import DEVICES, NoGpu
+from .cuda import CudaUnavailable
 
 
 def _training_flags(p: argparse.ArgumentParser) -> None:
@@ -89,7 +90,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     func = {"train": train.run, "serve": serve.run, "probe": probe}[args.command]
     try:
         return func(args)
-    except (NoGpu, ValueError, OSError) as e:
+    except (NoGpu, CudaUnavailable, ValueError, OSError) as e:     # CudaError: a GPU call failed mid-run
         print(f"glyphnet {args.command}: error: {e}", file=sys.stderr)
         return 2
 
