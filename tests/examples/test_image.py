@@ -150,3 +150,13 @@ def test_inference_service_answers_from_a_container(built, client):
         assert f"listening on http://127.0.0.1:{port}" in logs and "stopped (signal)" in logs
     finally:
         container.remove(force=True)
+
+
+def test_a_failed_debootstrap_leaves_nothing_behind(docker_engine, tmp_path):
+    """An unreachable mirror: one error with debootstrap's last words, no partial rootfs."""
+    with pytest.raises(image.ImageError, match=r"debootstrap failed \(exit \d+\); last lines:"):
+        image.build(docker_engine.host, "mesos-gpu-test/broken:1", cache=tmp_path,
+                    mirror="http://127.0.0.1:9/debian")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".lock"]
+    with pytest.raises(docker.errors.ImageNotFound):
+        docker_engine.client().images.get("mesos-gpu-test/broken:1")
