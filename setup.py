@@ -28,6 +28,9 @@ setup(
             # A real, unmodified Marathon client (its last release) proves our API
             # answers the way existing Marathon clients expect.
             "marathon==0.13.0",
+            # The example workload's model and its PTX check against NVIDIA's ptxas.
+            "numpy>=1.24",
+            "nvidia-cuda-nvcc-cu12>=12.0",
         ],
     },
     entry_points={"console_scripts": ["mesos-gpu = framework.main:main"]},
