@@ -142,3 +142,6 @@ class DockerTask:
         except docker.errors.DockerException as e:
             log.warning("removing container %s: %s", self.container_id, e)
         self.container = None
+
+    def discard_files(self) -> None:
+        """Nothing on disk outside Docker."""

@@ -30,6 +30,7 @@ import re
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Union
 
 from pymesos import Executor, MesosExecutorDriver, decode_data, encode_data
@@ -48,8 +49,7 @@ log = logging.getLogger("mesos-gpu.executor")
 
 KILL_GRACE_SECONDS = 3.0
 ACK_WAIT_SECONDS = 10.0
-# The agent SIGKILLs an executor some seconds after SHUTDOWN (its
-# --executor_shutdown_grace_period, 5 s by default): leave time for cleanup.
+# Kill grace on SHUTDOWN when the agent does not say its own grace period.
 SHUTDOWN_KILL_GRACE_SECONDS = 2.0
 ContainerRun = Union[DockerTask, HostTask, RuncTask]
 
@@ -102,6 +102,15 @@ def kill_grace(task: Mapping[str, Any]) -> float:
     return KILL_GRACE_SECONDS
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """How a task ended: its terminal status update."""
+    state: str
+    message: str
+    reason: Optional[str] = None
+    labels: Optional[Mapping[str, str]] = None
+
+
 class TaskRun:
     """One task, from prepare to cleanup, on its own thread."""
 
@@ -137,46 +146,48 @@ class TaskRun:
     # -- the run ---------------------------------------------------------------------------
 
     def run(self) -> None:
+        """The task from start to end. Its terminal update goes out only after
+        its container is gone and its GPUs are back with the daemon: Mesos
+        offers the GPUs again as soon as the update is acknowledged."""
         try:
-            self._run()
+            outcome = self._run()
         except Exception as e:  # never leave a task without a terminal update
             log.exception("task %s: unexpected executor error", self.task_id)
-            self.send("TASK_FAILED", f"executor error: {e}", "REASON_EXECUTOR_TERMINATED")
-        finally:
+            outcome = Outcome("TASK_FAILED", f"executor error: {e}", "REASON_EXECUTOR_TERMINATED")
+        try:
             self._clean_up()
+        finally:
+            self.send(outcome.state, outcome.message, outcome.reason, outcome.labels)
+            self._discard_files()
             self.done.set()
             self.executor.task_done(self)
 
-    def _run(self) -> None:
+    def _run(self) -> "Outcome":
         self.send("TASK_STARTING", f"preparing on {self.executor.agent_name}")
         try:
             spec = taskinfo.decode_spec(self.task.get("data", ""))
         except (UserError, ValueError, KeyError, TypeError) as e:
-            self.send("TASK_FAILED", f"the task description in TaskInfo.data is unreadable: {e}",
-                      "REASON_TASK_INVALID", {taskinfo.RETRY_LABEL: "false"})
-            return
+            return Outcome("TASK_FAILED", f"the task description in TaskInfo.data is unreadable: "
+                           f"{e}", "REASON_TASK_INVALID", {taskinfo.RETRY_LABEL: "false"})
         try:
             grant = self._create(spec)
             if self.killed.is_set():
-                self.send("TASK_KILLED", "killed before it started")
-                return
+                return Outcome("TASK_KILLED", "killed before it started")
             self.container.start()
         except TaskFailure as e:
-            self.send("TASK_FAILED", str(e), e.reason,
-                      {taskinfo.RETRY_LABEL: "true" if e.retry else "false"})
-            return
+            return Outcome("TASK_FAILED", str(e), e.reason,
+                           {taskinfo.RETRY_LABEL: "true" if e.retry else "false"})
         uuids = ",".join(g["uuid"] for g in grant.get("gpus", []))
         self.send("TASK_RUNNING", f"running as {self.container.describe()}",
                   labels={taskinfo.GPUS_LABEL: uuids,
                           taskinfo.CONTAINER_LABEL: self.container_id})
         code = self.container.wait()
         if self.killed.is_set():
-            self.send("TASK_KILLED", f"killed (exit code {code})")
-        elif code == 0:
-            self.send("TASK_FINISHED", "exit code 0")
-        else:
-            self.send("TASK_FAILED", f"the command exited with code {code}",
-                      "REASON_COMMAND_EXECUTOR_FAILED")
+            return Outcome("TASK_KILLED", f"killed (exit code {code})")
+        if code == 0:
+            return Outcome("TASK_FINISHED", "exit code 0")
+        return Outcome("TASK_FAILED", f"the command exited with code {code}",
+                       "REASON_COMMAND_EXECUTOR_FAILED")
 
     def _create(self, spec: TaskSpec) -> dict:
         """Checks, prepare, create, isolate: everything before the start."""
@@ -193,7 +204,8 @@ class TaskRun:
             if spec.container == DOCKER:
                 self.container = DockerTask(spec, self.container_id, client, image, grant, extra)
             elif spec.image:
-                self.container = RuncTask(spec, self.container_id, client, image, grant, extra)
+                self.container = RuncTask(spec, self.container_id, client, image, grant, extra,
+                                          self.executor.sandbox)
             else:
                 self.container = HostTask(spec, self.container_id, grant, extra,
                                           self.executor.sandbox)
@@ -244,6 +256,16 @@ class TaskRun:
             container = self.container
         if container is not None:
             threading.Thread(target=container.kill, args=(self.grace,), daemon=True).start()
+
+    def _discard_files(self) -> None:
+        """What may take a while (a runc bundle's root filesystem), after the update."""
+        with self._lock:
+            container = self.container
+        if container is not None:
+            try:
+                container.discard_files()
+            except Exception:
+                log.exception("task %s: removing its files failed", self.task_id)
 
     def _clean_up(self) -> None:
         with self._lock:
@@ -314,14 +336,18 @@ class GpuExecutor(Executor):
         pass
 
     def shutdown(self, driver) -> None:
-        log.info("shutdown: killing every task")
+        """Kill every task quickly: the agent SIGKILLs this executor once its
+        shutdown grace period is over, and the cleanup must be done by then."""
+        period = getattr(driver, "grace_shutdown_period", 0.0) or 0.0
+        grace = max(0.5, period / 3) if period else SHUTDOWN_KILL_GRACE_SECONDS
+        log.info("shutdown: killing every task (grace %.1fs of the agent's %.1fs)", grace, period)
         with self.lock:
             runs = list(self.runs.values())
         for run in runs:
-            run.grace = min(run.grace, SHUTDOWN_KILL_GRACE_SECONDS)
+            run.grace = min(run.grace, grace)
             run.kill()
         for run in runs:
-            run.done.wait(SHUTDOWN_KILL_GRACE_SECONDS + 20)
+            run.done.wait(max(period, grace) + 10)
 
     def error(self, driver, message) -> None:
         log.error("executor error: %s", message)

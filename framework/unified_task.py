@@ -144,13 +144,16 @@ class HostTask:
             _kill_group(self.process.pid, signal.SIGKILL)
             self.process.wait()
 
+    def discard_files(self) -> None:
+        """Nothing on disk."""
+
 
 class RuncTask:
     """The image's root filesystem run by runc, with only the granted devices."""
 
     def __init__(self, spec: TaskSpec, container_id: str, client: docker.DockerClient,
                  image: ImageInfo, grant: Mapping[str, Any], extra_env: Mapping[str, str],
-                 runc: str = "runc") -> None:
+                 workdir: str, runc: str = "runc") -> None:
         self.spec = spec
         self.container_id = container_id
         self.client = client
@@ -158,6 +161,7 @@ class RuncTask:
         self.grant = grant
         self.extra_env = extra_env
         self.runc = shutil.which(runc) or runc
+        self.workdir = workdir  # the sandbox: Mesos reclaims it even if we die
         self.volume_path = driver_volume(grant, image.needs_volume)
         self.bundle: Optional[Path] = None
         self.pid: Optional[int] = None
@@ -190,7 +194,7 @@ class RuncTask:
         if not shutil.which(self.runc):
             raise TaskFailure("this agent cannot run MESOS containers with an image: "
                               "runc is not installed")
-        self.bundle = Path(tempfile.mkdtemp(prefix=f"{self.container_id}-bundle-"))
+        self.bundle = Path(tempfile.mkdtemp(prefix="runc-bundle-", dir=self.workdir))
         config = self._image_config()
         self._export_rootfs()
         (self.bundle / "config.json").write_text(json.dumps(self._oci_config(config), indent=1))
@@ -313,17 +317,27 @@ class RuncTask:
         return json.loads(result.stdout).get("status")
 
     def kill(self, grace: float) -> None:
+        """TERM, then KILL to the container's init (the whole pid namespace goes
+        with it). Not `runc kill --all`: runc finds "all" through its devices
+        cgroup, which the agent daemon has moved the init out of."""
         if self.bundle is None or self._state() in ("stopped", None):
             return
+        log.info("stopping runc container %s (TERM, KILL after %.1fs)", self.container_id, grace)
         self._runc("kill", self.container_id, "TERM", capture_output=True)
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline and self._state() not in ("stopped", None):
             time.sleep(0.1)
-        self._runc("kill", "--all", self.container_id, "KILL", capture_output=True)
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
     def remove(self) -> None:
-        if self.bundle is None:
-            return
-        self._runc("delete", "--force", self.container_id, capture_output=True)
-        shutil.rmtree(self.bundle, ignore_errors=True)
-        self.bundle = None
+        """The container and its cgroups (fast; the files go in discard_files)."""
+        if self.bundle is not None:
+            self._runc("delete", "--force", self.container_id, capture_output=True)
+
+    def discard_files(self) -> None:
+        if self.bundle is not None:
+            shutil.rmtree(self.bundle, ignore_errors=True)
+            self.bundle = None

@@ -3,6 +3,7 @@
 real agent daemon over a fake K80, the real Docker engine and real cgroups.
 One cluster and one scheduler for the module."""
 import time
+from pathlib import Path
 
 import pytest
 
@@ -189,3 +190,26 @@ def test_agent_without_a_docker_engine_refuses_docker_tasks_clearly(
     finally:
         sched.stop(teardown=True)
     no_gpu_left_held(node, docker_engine)
+
+
+def test_framework_teardown_shuts_executors_down_and_leaves_nothing(
+        agent, node, docker_engine, busybox_image, tmp_path):
+    config = SchedulerConfig(
+        master=agent.master, name="fw-teardown", refuse_seconds=1,
+        executor=ExecutorSettings(agent_socket=str(node.socket), docker_host=docker_engine.host))
+    sched = GpuScheduler(config, StateStore(tmp_path / "state")).start()
+    image = busybox_image()
+    sched.submit(TaskSpec(id="td-runc", container="MESOS", image=image, gpus=1, cpus=0.1,
+                          mem=32, cmd="sleep 600"))
+    sched.submit(TaskSpec(id="td-docker", container="DOCKER", image=image, gpus=1, cpus=0.1,
+                          mem=32, cmd="sleep 600"))
+    try:
+        for task_id in ("td-runc", "td-docker"):
+            wait_for(sched, task_id, {"TASK_RUNNING"})
+        container_ids = list(node.containers())
+        assert len(container_ids) == 2 and sorted(node.allocated()) == node.minors
+    finally:
+        sched.stop(teardown=True)           # Mesos shuts the executors down
+    no_gpu_left_held(node, docker_engine, timeout=20)
+    leftovers = [p for cid in container_ids for p in Path("/sys/fs/cgroup").glob(f"*/{cid}")]
+    assert leftovers == []
