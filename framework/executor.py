@@ -11,8 +11,10 @@ For each task (its TaskSpec is in TaskInfo.data, see framework.taskinfo):
 4. creates the container (docker_task / unified_task), has the daemon isolate
    it (the Docker id, or the child's pid before it runs anything), starts it;
 5. TASK_RUNNING (labels: granted GPU UUIDs, container id), follows it to its
-   end: TASK_FINISHED, TASK_FAILED with the exit code, or TASK_KILLED;
-6. always cleans up: container removed, GPUs returned to the daemon.
+   end;
+6. always cleans up (container removed, GPUs returned to the daemon) and only
+   then sends TASK_FINISHED, TASK_FAILED with the exit code, or TASK_KILLED:
+   Mesos offers the GPUs again once that update is acknowledged.
 
 A failure before the start is TASK_FAILED with the reason, labelled
 `mesos-gpu.retry=false` when retrying cannot help. The executor exits once
