@@ -1,4 +1,4 @@
-"""Subcommands of the framework side: `demo` (and, later, `framework`, `executor`)."""
+"""Subcommands of the framework side: `demo`, `framework` (the Marathon-style API) and `executor`."""
 from framework import demo
 from framework.marathon import service as marathon_service
 
