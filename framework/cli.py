@@ -1,4 +1,5 @@
-"""Subcommands of the framework side: `demo`, `framework` (the Marathon-style API) and `executor`."""
+"""Subcommands of the framework side: `demo`, `framework` (the Marathon-style
+API) and `executor`."""
 from framework import demo
 from framework.marathon import service as marathon_service
 
