@@ -28,7 +28,7 @@ from framework.docker_task import DockerTask, inspect  # noqa: E402
 from framework.task_spec import TaskSpec  # noqa: E402
 from tests.bed import fake_nvml  # noqa: E402
 from tests.bed.docker_engine import DockerEngine  # noqa: E402
-from tests.framework.gpu_node import GpuNode, layout_for_driver_files  # noqa: E402
+from tests.bed.gpu_node import GpuNode, layout_for_driver_files  # noqa: E402
 
 VOLUME_LABEL = {"com.nvidia.volumes.needed": "nvidia_driver"}
 

@@ -27,7 +27,7 @@ from isolator.docker_devices import LABEL as CONTAINER_LABEL
 from tests.bed import fake_nvml
 from tests.bed.mesos import Agent, Master
 from tests.examples.conftest import COGNITIVE
-from tests.framework.gpu_node import GpuNode, layout_for_driver_files
+from tests.bed.gpu_node import GpuNode, layout_for_driver_files
 
 HOSTNAME = "gpu-v100"
 APPS = ["/cognitive/docker/inference", "/cognitive/docker/training",

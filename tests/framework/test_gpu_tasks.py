@@ -16,7 +16,7 @@ from tests.bed import fake_nvml
 from tests.bed.mesos import Agent, Master
 from tests.framework.e2e import (VOLUME_LABEL, container_probe, host_probe, line_value, opened,
                                  sandbox_output, wait_for)
-from tests.framework.gpu_node import GpuNode, layout_for_driver_files
+from tests.bed.gpu_node import GpuNode, layout_for_driver_files
 
 HOSTNAME = "gpu-k80"
 

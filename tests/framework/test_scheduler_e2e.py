@@ -24,7 +24,7 @@ from framework.task_spec import TaskSpec
 from tests.bed import fake_nvml
 from tests.bed.mesos import Agent, Master
 from tests.framework.e2e import wait_for
-from tests.framework.gpu_node import GpuNode
+from tests.bed.gpu_node import GpuNode
 from volumes.errors import UserError
 
 P100 = fake_nvml.custom("fw-p100", [fake_nvml.FakeGpu(

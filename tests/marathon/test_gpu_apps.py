@@ -16,7 +16,7 @@ from framework.scheduler import GpuScheduler, SchedulerConfig
 from framework.taskinfo import ExecutorSettings
 from tests.bed import fake_nvml
 from tests.bed.mesos import Agent, Master
-from tests.framework.gpu_node import GpuNode, layout_for_driver_files
+from tests.bed.gpu_node import GpuNode, layout_for_driver_files
 from tests.marathon.conftest import client_of, framework_args, wait_for
 
 HOSTNAME = "marathon-k80"

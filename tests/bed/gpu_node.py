@@ -1,5 +1,6 @@
-"""The agent side of one GPU node for the framework's end-to-end tests.
+"""The agent side of one GPU node, for end-to-end tests and the demo.
 
+With a fake NVML layout (a host without GPUs):
 - GPU device nodes (c 195:N, nvidiactl, nvidia-uvm) in a temp dev dir: there
   is no NVIDIA kernel driver, so opening a node gives ENXIO when the device
   cgroup lets it through and EPERM when it does not (tests/bed/cgroups.py);
@@ -7,6 +8,9 @@
   driver version is that of the bed's real NVIDIA 535 files, so it builds the
   real read-only driver volume;
 - `mesos-gpu agent flags`: the --resources / --attributes its Mesos agent gets.
+
+With no layout (a host with an NVIDIA driver): the host's own NVML, /dev and
+driver files, so the demo runs on real GPUs the same way.
 """
 import os
 import re
@@ -36,7 +40,7 @@ def layout_for_driver_files(base: fake_nvml.Layout, name: str) -> fake_nvml.Layo
 class GpuNode:
     """Device nodes + agent daemon; `flags()` for the Mesos agent."""
 
-    def __init__(self, layout: fake_nvml.Layout, docker_host: Optional[str] = None,
+    def __init__(self, layout: Optional[fake_nvml.Layout], docker_host: Optional[str] = None,
                  volume: bool = True) -> None:
         self.layout = layout
         self.docker_host = docker_host
@@ -54,23 +58,32 @@ class GpuNode:
         return self.work_dir / "agent.sock"
 
     @property
+    def simulated(self) -> bool:
+        return self.layout is not None
+
+    @property
     def minors(self) -> list[int]:
-        return [g.minor for g in self.layout.gpus]
+        if self.simulated:
+            return [g.minor for g in self.layout.gpus]
+        return sorted(self.client.info()["managed"])
 
     def env(self) -> Dict[str, str]:
+        if not self.simulated:
+            return dict(os.environ)
         env = {k: v for k, v in os.environ.items()
                if k not in ("FAKE_NVML_CONFIG", "MESOS_GPU_NVML_LIBRARY", "FAKE_NVML_INIT_ERROR")}
         env.update(self.layout.env())
         return env
 
     def start(self) -> "GpuNode":
-        bed_cgroups.make_device_nodes(self.dev_dir, self.minors)
-        args = ["agent", "--work_dir", str(self.work_dir), "--dev_dir", str(self.dev_dir),
-                "--cgroups_root", self.cgroups_root, "--device_cgroup", "v1",
+        args = ["agent", "--work_dir", str(self.work_dir), "--cgroups_root", self.cgroups_root,
                 "--docker_socket", self.docker_host or "none", "--ledger_flush_interval", "0.2"]
+        if self.simulated:
+            bed_cgroups.make_device_nodes(self.dev_dir, self.minors)
+            args += ["--dev_dir", str(self.dev_dir), "--device_cgroup", "v1"]
         if self.volume:
-            args += ["--driver_root", str(driver_files.build()),
-                     "--volume_root", str(self.dir / "volumes")]
+            root = driver_files.build() if self.simulated else "/"
+            args += ["--driver_root", str(root), "--volume_root", str(self.dir / "volumes")]
         else:
             args += ["--driver_volume", "none"]
         with open(self.log_path, "ab") as log:
@@ -86,6 +99,17 @@ class GpuNode:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def start_lines(self) -> list[str]:
+        """What the daemon logged while starting (GPUs found, volume, ledger), without
+        the timestamps."""
+        lines = []
+        for line in self.log().splitlines():
+            if READY_LINE in line:
+                break
+            if line.strip():
+                lines.append(re.sub(r"^\S+ \S+ ", "", line))
+        return lines
 
     def flags(self, cpus: float = 4, mem: int = 4096) -> tuple[str, str]:
         """(MESOS_RESOURCES, MESOS_ATTRIBUTES) from `mesos-gpu agent flags`."""
