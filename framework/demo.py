@@ -15,8 +15,8 @@ import json
 import logging
 import os
 import time
-from contextlib import ExitStack
-from typing import List, Optional
+from contextlib import ExitStack, contextmanager
+from typing import Iterator, List, Optional
 
 from framework.embedded import bed_errors_as_user_errors, test_bed
 from isolator import nvml
@@ -136,36 +136,24 @@ def simulated_layout_if_needed(library: Optional[str]):
     return layout
 
 
-def framework_service(master: str, node, engine):
-    """The framework as `mesos-gpu framework` runs it, with executors pointed at
-    this demo's agent daemon and Docker engine."""
-    from contextlib import contextmanager
-    from framework import taskinfo
+@contextmanager
+def framework_service(master: str, node, engine) -> Iterator[str]:
+    """`mesos-gpu framework` as an operator runs it, with executors pointed at this
+    demo's agent daemon and Docker engine; yields the Marathon API's URL."""
     from framework.marathon.service import FrameworkService, add_arguments
-    from framework.scheduler import GpuScheduler, SchedulerConfig
-
-    @contextmanager
-    def running():
-        parser = argparse.ArgumentParser()
-        add_arguments(parser)
-        args = parser.parse_args(["--master", master, "--http_port", "0",
-                                  "--state_dir", str(node.dir / "framework"),
-                                  "--agent_socket", str(node.socket)])
-
-        def scheduler(flags, store):
-            executor = taskinfo.ExecutorSettings(agent_socket=str(node.socket),
-                                                 docker_host=engine.host)
-            return GpuScheduler(SchedulerConfig(master=flags.master, name="mesos-gpu-demo",
-                                                refuse_seconds=1, executor=executor), store)
-
-        service = FrameworkService(args, scheduler_factory=scheduler).start()
-        try:
-            if not service.scheduler.wait_subscribed(30):
-                raise UserError(f"the framework did not subscribe to the master {master}")
-            yield service.http.url
-        finally:
-            service.stop()
-    return running()
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--master", master, "--http_port", "0",
+                              "--state_dir", str(node.dir / "framework"),
+                              "--agent_socket", str(node.socket), "--docker_host", engine.host,
+                              "--refuse_seconds", "1", "--framework_name", "mesos-gpu-demo"])
+    service = FrameworkService(args).start()
+    try:
+        if not service.scheduler.wait_subscribed(30):
+            raise UserError(f"the framework did not subscribe to the master {master}")
+        yield service.http.url
+    finally:
+        service.stop()
 
 
 def show_isolation(engine, node) -> None:

@@ -54,6 +54,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--agent_socket", default=DEFAULT_AGENT_SOCKET, metavar="PATH",
                    help="the agent daemon's socket on each agent, passed to executors "
                         f"(default {DEFAULT_AGENT_SOCKET})")
+    p.add_argument("--docker_host", metavar="URL",
+                   help="the Docker engine executors use on each agent, passed to them as "
+                        "DOCKER_HOST (default: the agent's default engine)")
+    p.add_argument("--refuse_seconds", type=float, default=30.0, metavar="SECONDS",
+                   help="how long a declined offer is not re-offered (default 30; new work "
+                        "revives offers at once)")
     p.add_argument("--framework_name", default=FRAMEWORK_NAME, metavar="NAME",
                    help=f"framework name registered with Mesos (default {FRAMEWORK_NAME})")
     p.add_argument("--gpu_scheduling_behavior", choices=("restricted", "unrestricted"),
@@ -69,6 +75,8 @@ class FrameworkService:
                  scheduler_factory: Optional[Callable[..., Any]] = None) -> None:
         if not 0 <= args.http_port <= 65535:
             raise UserError(f"--http_port must be 0..65535, got {args.http_port}")
+        if not 0 <= args.refuse_seconds <= 86400:
+            raise UserError(f"--refuse_seconds must be 0..86400, got {args.refuse_seconds:g}")
         if args.max_body_bytes < 1024:
             raise UserError(f"--max_body_bytes must be at least 1024, got {args.max_body_bytes}")
         self.args = args
@@ -136,7 +144,9 @@ def default_scheduler_factory(args: argparse.Namespace, store: StateStore) -> An
     config = SchedulerConfig(
         master=args.master, name=args.framework_name,
         gpu_scheduling=args.gpu_scheduling_behavior, failover_timeout=FAILOVER_TIMEOUT,
-        executor=taskinfo.ExecutorSettings(agent_socket=args.agent_socket))
+        refuse_seconds=args.refuse_seconds,
+        executor=taskinfo.ExecutorSettings(agent_socket=args.agent_socket,
+                                           docker_host=args.docker_host))
     return GpuScheduler(config, store)
 
 

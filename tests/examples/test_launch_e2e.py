@@ -20,9 +20,7 @@ import pytest
 
 from examples.cognitive import image
 from examples.cognitive.glyphnet import glyphs
-from framework import taskinfo
 from framework.marathon.service import FrameworkService, add_arguments
-from framework.scheduler import GpuScheduler, SchedulerConfig
 from isolator.docker_devices import LABEL as CONTAINER_LABEL
 from tests.bed import fake_nvml
 from tests.bed.mesos import Agent, Master
@@ -55,16 +53,10 @@ def api(agent, node, docker_engine, tmp_path_factory):
     add_arguments(parser)
     args = parser.parse_args(["--master", agent.master, "--http_port", "0",
                               "--state_dir", str(tmp_path_factory.mktemp("framework")),
-                              "--agent_socket", str(node.socket)])
-
-    def scheduler(flags, store):
-        # As the framework's own factory, plus this test bed's Docker engine.
-        executor = taskinfo.ExecutorSettings(agent_socket=str(node.socket),
-                                             docker_host=docker_engine.host)
-        return GpuScheduler(SchedulerConfig(master=flags.master, name="cognitive-e2e",
-                                            refuse_seconds=1, executor=executor), store)
-
-    service = FrameworkService(args, scheduler_factory=scheduler).start()
+                              "--agent_socket", str(node.socket),
+                              "--docker_host", docker_engine.host, "--refuse_seconds", "1",
+                              "--framework_name", "cognitive-e2e"])
+    service = FrameworkService(args).start()
     assert service.scheduler.wait_subscribed(30)
     try:
         yield service.http.url

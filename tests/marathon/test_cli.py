@@ -13,7 +13,8 @@ def run(*args: str) -> subprocess.CompletedProcess:
 def test_help_explains_every_flag():
     out = run("framework", "--help").stdout
     for flag in ("--master", "--http_address", "--http_port", "--state_dir", "--http_credentials",
-                 "--http_token_file", "--allow_docker_parameters", "--max_body_bytes"):
+                 "--http_token_file", "--allow_docker_parameters", "--max_body_bytes",
+                 "--docker_host", "--refuse_seconds"):
         assert flag in out
     assert "127.0.0.1" in out
 
@@ -25,6 +26,7 @@ def test_bad_flags_are_one_line_errors(tmp_path):
         (["--http_port", "70000"], "--http_port"),
         (["--http_token_file", str(tmp_path / "missing")], "--http_token_file"),
         (["--max_body_bytes", "10"], "--max_body_bytes"),
+        (["--refuse_seconds", "-1"], "--refuse_seconds"),
     ]
     for extra, flag in cases:
         result = run("framework", "--master", "127.0.0.1:1", "--state_dir", str(state), *extra)

@@ -7,13 +7,10 @@ Create an app with 2 instances of 1 GPU through HTTP, see both tasks running on
 distinct GPUs, restart the framework and find the app and its tasks again,
 replace them (config change, kill, restart) while every GPU is taken, scale to
 0 and see the GPUs free again."""
-import argparse
 
 import pytest
 
 from framework.marathon.service import FrameworkService
-from framework.scheduler import GpuScheduler, SchedulerConfig
-from framework.taskinfo import ExecutorSettings
 from tests.bed import fake_nvml
 from tests.bed.mesos import Agent, Master
 from tests.bed.gpu_node import GpuNode, layout_for_driver_files
@@ -33,15 +30,6 @@ def agent(mesos_prefix, node):
     resources, attributes = node.flags()
     with Master() as master, Agent(master, resources, attributes, hostname=HOSTNAME) as running:
         yield running
-
-
-def scheduler_factory(node, docker_engine):
-    def build(args: argparse.Namespace, store) -> GpuScheduler:
-        config = SchedulerConfig(
-            master=args.master, name=args.framework_name, refuse_seconds=1,
-            executor=ExecutorSettings(agent_socket=str(node.socket), docker_host=docker_engine.host))
-        return GpuScheduler(config, store)
-    return build
 
 
 def running_tasks(api, app_id):
@@ -64,9 +52,9 @@ def test_two_gpu_instances_restart_and_scale_to_zero(agent, node, docker_engine,
                                                      tmp_path):
     image = busybox_image()
     state = tmp_path / "state"
-    args = framework_args(agent.master, state)
-    factory = scheduler_factory(node, docker_engine)
-    service = FrameworkService(args, factory).start()
+    args = framework_args(agent.master, state, "--agent_socket", str(node.socket),
+                          "--docker_host", docker_engine.host, "--refuse_seconds", "1")
+    service = FrameworkService(args).start()
     try:
         api = client_of(service)
         created = api.post("/v2/apps", {
@@ -93,7 +81,7 @@ def test_two_gpu_instances_restart_and_scale_to_zero(agent, node, docker_engine,
         service.stop()
 
     # A restarted framework serves the same app and finds the same tasks running.
-    service = FrameworkService(args, factory).start()
+    service = FrameworkService(args).start()
     try:
         api = client_of(service)
         assert service.scheduler.wait_subscribed(30)
