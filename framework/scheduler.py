@@ -11,7 +11,9 @@ What it does with the master:
   agents) and a failover timeout; the framework id is kept in the store, so a
   restarted scheduler subscribes as the same framework and its tasks live on;
 - reconciles on every (re)subscription: explicitly for the tasks it knows,
-  then implicitly (tasks it does not know are killed, as Marathon does);
+  then implicitly (tasks it does not know are killed, as Marathon does); the
+  tasks the master did not answer for are asked again with back-off (after a
+  master failover it stays silent until their agent has re-registered);
 - acknowledges status updates itself, after the new state is stored;
 - matches offers (`framework.matching`), declines the rest with a refuse
   filter, suppresses offers when nothing waits and revives when work arrives;
@@ -50,6 +52,8 @@ TERMINAL_STATES = frozenset({"TASK_FINISHED", "TASK_FAILED", "TASK_KILLED", "TAS
 RETRYABLE_STATES = frozenset({"TASK_FAILED", "TASK_LOST", "TASK_DROPPED", "TASK_GONE"})
 RECORD_KIND = "scheduler.task"
 MAINTENANCE_INTERVAL = 1.0
+RECONCILE_RETRY_SECONDS = 1.0   # first re-ask for unanswered tasks; doubles each time
+RECONCILE_RETRY_MAX_SECONDS = 60.0
 
 
 class SchedulerStore(Protocol):
@@ -161,6 +165,9 @@ class GpuScheduler:
         self._stop = threading.Event()
         self._maintenance: Optional[threading.Thread] = None
         self._last_reconcile = 0.0
+        self._unanswered: set[str] = set()   # Mesos task ids reconciled, no answer yet
+        self._reconcile_retry_delay = RECONCILE_RETRY_SECONDS
+        self._reconcile_retry_at = 0.0
         self._restart_driver = False
         self._offers_seen: Counter = Counter()
         self._recover()
@@ -322,6 +329,7 @@ class GpuScheduler:
     def statusUpdate(self, driver: SchedulerDriver, status: dict) -> None:
         mesos_id = status["task_id"]["value"]
         with self._lock:
+            self._unanswered.discard(mesos_id)
             record = self._records.get(self._by_mesos_id.get(mesos_id, ""))
             current = record is not None and record.mesos_task_id == mesos_id
             if current:
@@ -484,13 +492,37 @@ class GpuScheduler:
         """Ask the master for the state of every launched task, then for every
         task it has for us (unknown ones get killed in statusUpdate)."""
         with self._lock:
-            known = [{"task_id": {"value": r.mesos_task_id}, "agent_id": {"value": r.agent_id}}
-                     for r in self._records.values() if r.launched and r.agent_id]
+            known = self._launched_task_ids()
+            self._unanswered = {t["task_id"]["value"] for t in known}
+            self._reconcile_retry_delay = RECONCILE_RETRY_SECONDS
+            self._reconcile_retry_at = time.time() + RECONCILE_RETRY_SECONDS
         self._last_reconcile = time.time()
         log.info("reconciling %d launched task(s)", len(known))
         if known:
             self._call("reconcileTasks", known)
         self._call("reconcileTasks", [])
+
+    def _reconcile_unanswered(self, now: float) -> None:
+        """Ask again, with back-off, for the launched tasks the master has not
+        answered for yet: it drops explicit reconciliation while an agent it
+        recovered from its registry has not re-registered."""
+        with self._lock:
+            if not self._unanswered or now < self._reconcile_retry_at:
+                return
+            tasks = self._launched_task_ids(self._unanswered)
+            self._unanswered = {t["task_id"]["value"] for t in tasks}
+            self._reconcile_retry_delay = min(RECONCILE_RETRY_MAX_SECONDS,
+                                              self._reconcile_retry_delay * 2)
+            self._reconcile_retry_at = now + self._reconcile_retry_delay
+        if tasks:
+            log.info("reconciling again: no answer yet for %d task(s)", len(tasks))
+            self._call("reconcileTasks", tasks)
+
+    def _launched_task_ids(self, only: Optional[set[str]] = None) -> list[dict]:
+        """task id + agent id of the launched tasks (of those in `only`)."""
+        return [{"task_id": {"value": r.mesos_task_id}, "agent_id": {"value": r.agent_id}}
+                for r in self._records.values() if r.launched and r.agent_id
+                and (only is None or r.mesos_task_id in only)]
 
     def _framework_removed(self) -> None:
         """The master forgot us (failover timeout passed, or torn down): its
@@ -541,8 +573,11 @@ class GpuScheduler:
         for record in kills:
             log.info("re-sending kill for task %s", record.mesos_task_id)
             self._call("killTask", {"value": record.mesos_task_id})
-        if self._subscribed.is_set() and now - self._last_reconcile >= self.config.reconcile_interval:
-            self._reconcile()
+        if self._subscribed.is_set():
+            if now - self._last_reconcile >= self.config.reconcile_interval:
+                self._reconcile()
+            else:
+                self._reconcile_unanswered(now)
 
     # -- helpers --------------------------------------------------------------------------------------
 

@@ -13,6 +13,8 @@ overrides the defaults (MESOS_LAUNCHER=posix, MESOS_ISOLATION, MESOS_RESOURCES..
 `start()` returns once the daemon answers (an agent: once it has registered);
 `stop()` kills the daemon and every process it started, unmounts what was
 mounted under its run dir, removes the cgroups it made and the run dir.
+`crash()` SIGKILLs the daemon alone and `restart()` starts it again on the same
+port and run dir (a master failover with MESOS_REGISTRY=replicated_log).
 Use them as context managers, or the conftest fixtures.
 """
 import fcntl
@@ -25,6 +27,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -184,25 +187,58 @@ class _MesosProcess:
         self.run_dir = Path(tempfile.mkdtemp(prefix=f"{processes.RUN_DIR_PREFIX}{self.name}-"))
         processes.track(self)
         try:
-            for attempt in range(3):       # another test may grab the free port first
-                self.port = processes.free_port()
-                self._spawn()
-                try:
-                    processes.wait_until(self._answers, START_TIMEOUT,
-                                         f"{self.name} on {self.address}", self._died)
-                    break
-                except BedError:
-                    if attempt == 2 or "Address already in use" not in self._err_tail():
-                        raise
-                    self._kill()
-            processes.wait_until(self.ready, START_TIMEOUT, f"{self.name} on {self.address}",
-                                 self._died, interval=0.2)
+            self._launch(attempts=3, new_port=True)  # another test may grab the free port first
         except BaseException:
             self.stop()
             raise
         log.info("%s up on %s (pid %d, run dir %s)", self.name, self.address, self.proc.pid,
                  self.run_dir)
         return self
+
+    def crash(self) -> None:
+        """SIGKILL the daemon alone, as a machine failure would. Its port and run
+        dir (work dir, a replicated_log registry) stay for `restart()`; what it
+        started (executors, tasks) lives on."""
+        if self.proc is None:
+            raise BedError(f"{self.name} on {self.address} is not running")
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+        self.proc = None
+        log.info("%s on %s killed (SIGKILL)", self.name, self.address)
+
+    def restart(self) -> "_MesosProcess":
+        """Start the daemon again after `crash()`, on the same port and run dir;
+        returns once it answers (a master: once it has recovered its registry)."""
+        if self.proc is not None or self.run_dir is None:
+            raise BedError(f"{self.name}: restart() needs a crash()ed daemon")
+        try:
+            self._launch(attempts=20, new_port=False)  # the port can stay busy a moment
+        except BaseException:
+            self.stop()
+            raise
+        log.info("%s restarted on %s (pid %d)", self.name, self.address, self.proc.pid)
+        return self
+
+    def _launch(self, attempts: int, new_port: bool) -> None:
+        """Spawn the daemon until it answers, then wait until it is ready. When the
+        port is taken: try a fresh free port (`new_port`), else the same one again."""
+        for attempt in range(attempts):
+            if new_port:
+                self.port = processes.free_port()
+            self._spawn()
+            try:
+                processes.wait_until(self._answers, START_TIMEOUT,
+                                     f"{self.name} on {self.address}", self._died)
+                break
+            except BedError:
+                if attempt == attempts - 1 or "Address already in use" not in self._err_tail():
+                    raise
+                self.proc.kill()            # it failed to bind: it started nothing
+                self.proc.wait()
+                self.proc = None
+                time.sleep(0 if new_port else 0.25)
+        processes.wait_until(self.ready, START_TIMEOUT, f"{self.name} on {self.address}",
+                             self._died, interval=0.2)
 
     def _spawn(self) -> None:
         for sub in ("work", "runtime", "fetch"):
