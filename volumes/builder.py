@@ -109,7 +109,7 @@ def build(driver_version: str, driver_root: Union[str, Path] = "/",
     if tree_version and tree_version != version:
         log.warning("driver volume: building nvidia_%s from a tree whose libnvidia-ml is %s",
                     version, tree_version)
-    volume_root.mkdir(parents=True, exist_ok=True)
+    _make_root(volume_root)
     ensure_exec_mount(volume_root)
     with _locked(volume_root):
         existing = _reusable(final, driver_root)    # another builder may have finished
@@ -117,6 +117,22 @@ def build(driver_version: str, driver_root: Union[str, Path] = "/",
             return existing
         _remove_stale(volume_root)
         return _build(version, driver_root, volume_root, comps, progress)
+
+
+def _make_root(volume_root: Path) -> None:
+    try:
+        volume_root.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise UserError(f"volume root {volume_root}: exists and is not a directory") from None
+    except OSError as e:
+        raise UserError(f"volume root {volume_root}: cannot create it: {e.strerror}") from None
+
+
+def check_root(root: Union[str, Path]) -> None:
+    """A volume root that is there must be a directory (one that is not yet
+    there holds no volumes)."""
+    if os.path.lexists(root) and not os.path.isdir(root):
+        raise UserError(f"volume root {root}: not a directory")
 
 
 def _build(version: str, driver_root: Path, volume_root: Path,
@@ -328,6 +344,7 @@ class VolumeStatus:
 def list_volumes(volume_root: Union[str, Path] = DEFAULT_VOLUME_ROOT) -> List[VolumeStatus]:
     """Every nvidia_<version> directory under `volume_root`, checked against its manifest."""
     root = Path(volume_root)
+    check_root(root)
     if not root.is_dir():
         return []
     out = []
@@ -348,6 +365,7 @@ def gc(volume_root: Union[str, Path], keep: Iterable[str], in_use: Iterable[str]
     bind-mounted in any mount namespace is kept whatever `in_use` says."""
     root = Path(os.path.abspath(volume_root))
     spare = {check_version(v) for v in keep} | {check_version(v) for v in in_use}
+    check_root(root)
     if not root.is_dir():
         return []
     removed = []
@@ -427,7 +445,10 @@ def _remove_tree(path: Path) -> None:
 def _locked(root: Path) -> Iterator[None]:
     """One builder or collector per volume root at a time (released by the kernel
     if the holder dies)."""
-    fd = os.open(root / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fd = os.open(root / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as e:        # e.g. a read-only or special filesystem (/proc, /sys)
+        raise UserError(f"volume root {root}: cannot create {LOCK} there: {e.strerror}") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

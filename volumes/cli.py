@@ -22,6 +22,14 @@ log = logging.getLogger("mesos-gpu.volume")
 KERNEL_VERSION_FILE = Path("/proc/driver/nvidia/version")
 
 
+def non_empty(text: str) -> str:
+    """argparse type of a path or name flag: '' (an unset shell variable, say)
+    would otherwise mean the current directory or every address."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
+
+
 def register(sub) -> None:
     p = sub.add_parser("volume", help="build, list and collect the NVIDIA driver volume; "
                                       "serve it to Docker",
@@ -53,7 +61,7 @@ def register(sub) -> None:
                     help="a driver version to keep (repeatable; default: this host's driver)")
     gc.add_argument("--in_use", action="append", metavar="VERSION", default=[],
                     help="a version a container still uses (repeatable)")
-    gc.add_argument("--root", default="/", metavar="DIR",
+    gc.add_argument("--root", default="/", metavar="DIR", type=non_empty,
                     help="driver tree used to tell this host's version when --keep is not "
                          "given (default /)")
     gc.set_defaults(func=cmd_gc)
@@ -64,21 +72,23 @@ def register(sub) -> None:
                                      "containers then use -v nvidia_driver_<version>:"
                                      "/usr/local/nvidia:ro,nocopy --volume-driver <name>.")
     _add_tree_flags(pl)
-    pl.add_argument("--socket_dir", default="/run/docker/plugins", metavar="DIR",
-                    help="directory of the plugin socket (dockerd looks in /run/docker/plugins)")
+    pl.add_argument("--socket_dir", default="/run/docker/plugins", metavar="DIR", type=non_empty,
+                    help="directory of the plugin socket (default /run/docker/plugins, "
+                         "where dockerd looks)")
     pl.add_argument("--name", default="nvidia-docker",
-                    help="plugin name, the socket's base name and --volume-driver value")
+                    help="plugin name, the socket's base name and --volume-driver value "
+                         "(default nvidia-docker)")
     pl.set_defaults(func=cmd_plugin)
 
 
 def _add_volume_root(p: argparse.ArgumentParser) -> None:
     p.add_argument("--volume_root", default=builder.DEFAULT_VOLUME_ROOT, metavar="DIR",
-                   help=f"where volumes live (default {builder.DEFAULT_VOLUME_ROOT}; on the "
+                   type=non_empty, help=f"where volumes live (default {builder.DEFAULT_VOLUME_ROOT}; on the "
                         "driver's filesystem for hard links)")
 
 
 def _add_tree_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--root", default="/", metavar="DIR",
+    p.add_argument("--root", default="/", metavar="DIR", type=non_empty,
                    help="root of the driver tree: its etc/ld.so.cache and PATH are searched "
                         "(default /)")
     _add_volume_root(p)
@@ -98,7 +108,7 @@ def kernel_driver_version() -> Optional[str]:
 
 
 def driver_version(args) -> str:
-    if args.driver_version:
+    if args.driver_version is not None:
         return builder.check_version(args.driver_version)
     if str(Path(args.root).resolve()) == "/":
         v = kernel_driver_version()
@@ -158,12 +168,16 @@ def cmd_gc(args) -> int:
 def cmd_plugin(args) -> int:
     from volumes.plugin import PluginServer, VolumePlugin
 
-    plugin = VolumePlugin(driver_version(args), args.root, args.volume_root)
+    version = driver_version(args)
+    if not Path(args.root).is_dir():        # refused now rather than at Docker's first mount
+        raise UserError(f"--root {args.root}: not a directory")
+    builder.check_root(args.volume_root)
+    plugin = VolumePlugin(version, args.root, args.volume_root)
     server = PluginServer(plugin, args.socket_dir, args.name)
     stop = threading.Event()
 
     def on_signal(signum, _frame) -> None:
-        log.info("signal %d: stopping the volume plugin", signum)
+        log.info("%s received: stopping the volume plugin", signal.Signals(signum).name)
         stop.set()
 
     signal.signal(signal.SIGTERM, on_signal)

@@ -22,6 +22,7 @@ import os
 import re
 import socket
 import socketserver
+import stat
 import threading
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -36,6 +37,7 @@ NAME = "nvidia-docker"
 SOCKET_DIR = "/run/docker/plugins"
 VOLUME_KIND = "nvidia_driver"
 CONTENT_TYPE = "application/vnd.docker.plugins.v1+json"
+MAX_SOCKET_PATH = 107           # sun_path is 108 bytes with its NUL
 _VOLUME_NAME = re.compile(r"([a-zA-Z0-9_.-]+)_([0-9.]+)")     # nvidia-docker's rule
 
 
@@ -213,9 +215,20 @@ class PluginServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         self.plugin = plugin
         self.name = name
         self.socket_path = Path(socket_dir) / f"{name}.sock"
-        self.socket_path.parent.mkdir(parents=True, exist_ok=True)
+        if len(os.fsencode(self.socket_path)) > MAX_SOCKET_PATH:
+            raise UserError(f"--socket_dir {socket_dir}: too long for the socket "
+                            f"{self.socket_path} (at most {MAX_SOCKET_PATH} bytes)")
+        try:
+            self.socket_path.parent.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:
+            raise UserError(f"--socket_dir {socket_dir}: exists and is not a directory") from None
+        except OSError as e:
+            raise UserError(f"--socket_dir {socket_dir}: cannot create it: {e.strerror}") from None
         _clear_stale_socket(self.socket_path)
-        super().__init__(str(self.socket_path), _Handler)
+        try:
+            super().__init__(str(self.socket_path), _Handler)
+        except OSError as e:
+            raise UserError(f"cannot listen on {self.socket_path}: {e.strerror or e}") from None
         os.chmod(self.socket_path, 0o660)
         self._thread: Optional[threading.Thread] = None
         log.info("volume plugin %s serving %s (driver %s, volumes under %s)", name,
@@ -252,6 +265,8 @@ def _clear_stale_socket(path: Path) -> None:
     """Remove a socket left by a dead plugin; refuse to take over a live one."""
     if not path.exists() and not path.is_symlink():
         return
+    if not stat.S_ISSOCK(path.lstat().st_mode):
+        raise UserError(f"{path}: exists and is not a socket; not replacing it")
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         probe.connect(str(path))
