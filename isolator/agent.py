@@ -6,10 +6,12 @@ builds the driver volume, recovers the ledger against the kernel and Docker,
 and logs what it found. Then it serves the local API on <work_dir>/agent.sock
 until SIGTERM or SIGINT, writes the ledger a last time and exits 0.
 One daemon per work_dir: a second one is refused (the lock file names the first).
+A start refused for bad flags or an unusable host leaves no new work_dir behind.
 """
 import fcntl
 import logging
 import os
+import shutil
 import signal
 import threading
 from typing import Dict, Optional
@@ -27,6 +29,7 @@ from volumes.errors import UserError
 log = logging.getLogger("mesos-gpu.agent")
 SOCKET_NAME = "agent.sock"
 LOCK_NAME = "agent.lock"
+MAX_SOCKET_PATH = 107               # sun_path is 108 bytes with its NUL
 REAP_EVERY = 30.0
 
 
@@ -37,7 +40,10 @@ def socket_path(work_dir: str) -> str:
 def _lock(work_dir: str) -> int:
     """Hold <work_dir>/agent.lock for the daemon's life."""
     path = os.path.join(work_dir, LOCK_NAME)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as e:
+        raise flags.FlagError(f"--work_dir={work_dir}: cannot open {path}: {e.strerror}") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -50,11 +56,26 @@ def _lock(work_dir: str) -> int:
     return fd
 
 
-def _work_dir(path: str) -> str:
+def _work_dir(path: str) -> Optional[str]:
+    """Create the work dir (mode 0700). Returns the topmost directory this call
+    created (removed again if the daemon cannot start), None if it existed."""
     flags.check_work_dir(path)
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    os.chmod(path, 0o700)
-    return path
+    sock = socket_path(path)
+    if len(os.fsencode(sock)) > MAX_SOCKET_PATH:
+        raise flags.FlagError(f"--work_dir={path}: too long for the API socket {sock} "
+                              f"(a unix socket path has at most {MAX_SOCKET_PATH} bytes)")
+    made = None
+    parent = os.path.normpath(path)
+    while not os.path.lexists(parent):
+        made, parent = parent, os.path.dirname(parent)
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        os.chmod(path, 0o700)
+    except FileExistsError:
+        raise flags.FlagError(f"--work_dir={path}: exists and is not a directory") from None
+    except OSError as e:
+        raise flags.FlagError(f"--work_dir={path}: cannot create it: {e.strerror}") from None
+    return made
 
 
 def _volume(args, inventory: Inventory, managed) -> Optional[Dict]:
@@ -83,10 +104,7 @@ def _log_devices(dev_dir: str, managed) -> None:
 
 
 def build_service(args) -> AgentService:
-    """Everything the daemon needs, checked, discovered and recovered."""
-    flags.check_isolation(args.isolation)
-    flags.check_daemon_values(args)
-    _work_dir(args.work_dir)
+    """Everything the daemon needs, discovered (the flags are checked by run())."""
     inventory = nvml.discover(args.nvml_library)
     selection = flags.select_gpus(inventory, args.nvidia_gpu_devices, args.resources)
     host = cgroup_host.detect()
@@ -129,14 +147,26 @@ def _housekeeping(service: AgentService, stop: threading.Event, flush_every: flo
             log.exception("housekeeping failed")
 
 
-def run(args) -> int:
+def _check_flags(args) -> None:
+    """Every flag that can be judged without NVML or the disk, before anything is made."""
+    flags.check_isolation(args.isolation)
     flags.check_daemon_values(args)
-    _work_dir(args.work_dir)
+    flags.check_selection(args.nvidia_gpu_devices, args.resources)
+
+
+def run(args) -> int:
+    _check_flags(args)
+    made = _work_dir(args.work_dir)
     lock_fd = _lock(args.work_dir)
     try:
-        service = build_service(args)
-        service.recover()
-        server = AgentServer(socket_path(args.work_dir), service)
+        try:
+            service = build_service(args)
+            service.recover()
+            server = AgentServer(socket_path(args.work_dir), service)
+        except BaseException:
+            if made is not None:        # a refused start leaves no work dir behind
+                shutil.rmtree(made, ignore_errors=True)
+            raise
         stop = threading.Event()
 
         def on_signal(signum, _frame) -> None:

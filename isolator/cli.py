@@ -1,15 +1,10 @@
 """Subcommands of the agent-side module: `info`, `agent` and `agent flags`."""
 import argparse
 import json
+import logging
 import sys
 
 from isolator import cgroup_host, flags, mesos_agent_flags, nvml
-
-
-def add_nvml_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--nvml_library", metavar="PATH",
-                   help="load NVML from this file instead of libnvidia-ml.so.1 "
-                        f"(also ${nvml.ENV_LIBRARY})")
 
 
 AGENT_DESCRIPTION = """\
@@ -33,9 +28,10 @@ lists every family joined with '/' (tesla_k80/tesla_v100), and gpu_memory_mb
 and gpu_compute_capability are the minimum over the GPUs, so a constraint is
 never promised more than the weakest GPU a task may get.
 
-Both take the same flags, with the Mesos agent's names and rules: the GPUs
-managed are all GPUs NVML lists, or --nvidia_gpu_devices=I,J together with
---resources=gpus:N (N equal to their count); gpus:0 manages none.
+Both take the GPU selection flags, with the Mesos agent's names and rules: the
+GPUs managed are all GPUs NVML lists, or --nvidia_gpu_devices=I,J together with
+--resources=gpus:N (N equal to their count); gpus:0 manages none. The daemon
+flags matter to the daemon only.
 """
 
 
@@ -46,7 +42,7 @@ def register(sub) -> None:
                                    "UUID, name, memory, PCI bus id, compute capability), "
                                    "and the host's cgroup mode. A host without NVIDIA "
                                    "driver shows 0 GPUs and why.")
-    add_nvml_flag(p)
+    flags.add_nvml_flag(p)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_info)
 
@@ -55,8 +51,8 @@ def register(sub) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     a.add_argument("action", nargs="?", choices=("run", "flags"), default="run",
                    help="run (default): the daemon; flags: print the mesos-agent flags")
-    flags.add_selection_arguments(a)
-    flags.add_daemon_arguments(a)
+    flags.add_selection_arguments(a.add_argument_group("GPU selection flags (run and flags)"))
+    flags.add_daemon_arguments(a.add_argument_group("daemon flags (run only)"))
     a.set_defaults(func=cmd_agent)
 
 
@@ -67,8 +63,16 @@ def cmd_agent(args) -> int:
     return agent.run(args)
 
 
+def _quiet_unless_verbose(args) -> None:
+    """A one-shot command prints what discovery found: its INFO log would say it twice."""
+    if not getattr(args, "verbose", False):
+        logging.getLogger("mesos-gpu").setLevel(logging.WARNING)
+
+
 def cmd_agent_flags(args) -> int:
     flags.check_isolation(args.isolation)
+    flags.check_selection(args.nvidia_gpu_devices, args.resources)
+    _quiet_unless_verbose(args)
     inv = nvml.discover(args.nvml_library)
     selection = flags.select_gpus(inv, args.nvidia_gpu_devices, args.resources)
     if not selection.gpus:
@@ -83,6 +87,7 @@ def _gib(n: int) -> str:
 
 
 def cmd_info(args) -> int:
+    _quiet_unless_verbose(args)
     inv = nvml.discover(args.nvml_library)
     cg = cgroup_host.detect()
     if args.json:

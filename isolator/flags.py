@@ -8,12 +8,15 @@ every GPU when neither is given, `gpus:0` to manage none.
 """
 import argparse
 import json
+import math
 import os
 import re
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
 from isolator.gpu import Gpu, Inventory
+from isolator.nvml import ENV_LIBRARY
+from volumes.cli import non_empty
 from volumes.errors import UserError
 
 DEFAULT_ISOLATION = "filesystem/linux,cgroups/devices,gpu/nvidia"
@@ -42,9 +45,13 @@ def add_selection_arguments(p: argparse.ArgumentParser) -> None:
                    help="the mesos-agent's resources, 'name:value;...' or JSON; only "
                         "'gpus' is read here: gpus:N must match --nvidia_gpu_devices, "
                         "gpus:0 manages no GPU at all")
-    p.add_argument("--nvml_library", metavar="PATH",
+    add_nvml_flag(p)
+
+
+def add_nvml_flag(p) -> None:
+    p.add_argument("--nvml_library", metavar="PATH", type=non_empty,
                    help="load NVML from this file instead of libnvidia-ml.so.1 "
-                        "(also $MESOS_GPU_NVML_LIBRARY)")
+                        f"(also ${ENV_LIBRARY})")
 
 
 def add_daemon_arguments(p: argparse.ArgumentParser) -> None:
@@ -52,7 +59,7 @@ def add_daemon_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--work_dir", default=DEFAULT_WORK_DIR, metavar="DIR",
                    help="where the ledger (ledger.json, ledger.json.bak) and the API socket "
                         f"agent.sock live, mode 0700 (default {DEFAULT_WORK_DIR})")
-    p.add_argument("--dev_dir", default="/dev", metavar="DIR",
+    p.add_argument("--dev_dir", default="/dev", metavar="DIR", type=non_empty,
                    help="where the NVIDIA device nodes are (nvidia<N>, nvidiactl, "
                         "nvidia-uvm, nvidia-uvm-tools); default /dev")
     p.add_argument("--cgroups_root", default="mesos-gpu", metavar="NAME",
@@ -66,10 +73,10 @@ def add_daemon_arguments(p: argparse.ArgumentParser) -> None:
                    help="Docker engine to check Docker GPU containers against at recovery "
                         f"(default {DEFAULT_DOCKER_SOCKET}; 'none' to skip: their GPUs are "
                         "then kept until cleanup)")
-    p.add_argument("--driver_root", default="/", metavar="DIR",
+    p.add_argument("--driver_root", default="/", metavar="DIR", type=non_empty,
                    help="root of the host filesystem holding the NVIDIA driver files "
                         "(default /)")
-    p.add_argument("--volume_root", default=DEFAULT_VOLUME_ROOT, metavar="DIR",
+    p.add_argument("--volume_root", default=DEFAULT_VOLUME_ROOT, metavar="DIR", type=non_empty,
                    help="where the read-only driver volume nvidia_<version> is built "
                         f"(default {DEFAULT_VOLUME_ROOT})")
     p.add_argument("--driver_volume", default="build", choices=("build", "none"),
@@ -165,22 +172,35 @@ class Selection:
     reason: str
 
 
-def select_gpus(inventory: Inventory, nvidia_gpu_devices: Optional[str],
-                resources: Optional[str]) -> Selection:
-    """Mesos's rules for --nvidia_gpu_devices and --resources=gpus:N."""
+def check_selection(nvidia_gpu_devices: Optional[str],
+                    resources: Optional[str]) -> Tuple[Optional[int], Optional[List[int]]]:
+    """The rules for --nvidia_gpu_devices and --resources=gpus:N that need no
+    NVML (checked before discovery, so a typo is the only line printed):
+    (N, indices), each None when not given."""
     n = gpus_resource(resources)
     indices = parse_devices(nvidia_gpu_devices) if nvidia_gpu_devices is not None else None
     if indices is not None and n is None:
         raise FlagError(f"--nvidia_gpu_devices={nvidia_gpu_devices} cannot be set without "
                         f"also setting the 'gpus' resource (--resources=gpus:{len(indices)})")
-    if n == 0:
-        if indices is not None:
-            raise FlagError(f"--nvidia_gpu_devices={nvidia_gpu_devices} cannot be combined "
-                            "with gpus:0 (gpus:0 means no GPU is managed)")
-        return Selection((), "gpus:0 in --resources: no GPU is managed")
-    if n is not None and indices is None:
+    if n == 0 and indices is not None:
+        raise FlagError(f"--nvidia_gpu_devices={nvidia_gpu_devices} cannot be combined "
+                        "with gpus:0 (gpus:0 means no GPU is managed)")
+    if n and indices is None:
         raise FlagError(f"--resources={resources}: the 'gpus' resource cannot be set without "
                         "also setting --nvidia_gpu_devices (which GPUs, by NVML index)")
+    if n is not None and indices is not None and len(indices) != n:
+        raise FlagError(f"'--resources' and '--nvidia_gpu_devices' specify different numbers "
+                        f"of GPU devices: gpus:{n} but {len(indices)} indices "
+                        f"({nvidia_gpu_devices})")
+    return n, indices
+
+
+def select_gpus(inventory: Inventory, nvidia_gpu_devices: Optional[str],
+                resources: Optional[str]) -> Selection:
+    """Mesos's rules for --nvidia_gpu_devices and --resources=gpus:N."""
+    n, indices = check_selection(nvidia_gpu_devices, resources)
+    if n == 0:
+        return Selection((), "gpus:0 in --resources: no GPU is managed")
     if inventory.unavailable:
         if n:
             raise FlagError(f"--resources={resources}: cannot manage {n} GPUs: NVML is not "
@@ -189,10 +209,6 @@ def select_gpus(inventory: Inventory, nvidia_gpu_devices: Optional[str],
     have = len(inventory.gpus)
     if indices is None:
         return Selection(inventory.gpus, f"all {have} GPUs NVML lists")
-    if len(indices) != n:
-        raise FlagError(f"'--resources' and '--nvidia_gpu_devices' specify different numbers "
-                        f"of GPU devices: gpus:{n} but {len(indices)} indices "
-                        f"({nvidia_gpu_devices})")
     if n > have:
         raise FlagError(f"--resources=gpus:{n}: this machine has only {have} GPU(s)")
     missing = [i for i in indices if i >= have]
@@ -226,9 +242,9 @@ def check_daemon_values(args) -> None:
         raise FlagError(f"--cgroups_root={args.cgroups_root}: must be a relative cgroup path of "
                         "A-Z a-z 0-9 _ . - names (no '..')")
     for name in ("prepare_timeout", "ledger_flush_interval"):
-        if not getattr(args, name) > 0:
-            raise FlagError(f"--{name}={getattr(args, name)}: must be a positive number of "
-                            "seconds")
+        value = getattr(args, name)
+        if not (value > 0 and math.isfinite(value)):    # inf overflows the timer waits
+            raise FlagError(f"--{name}={value}: must be a positive number of seconds")
     check_work_dir(args.work_dir)
 
 

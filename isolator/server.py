@@ -145,13 +145,15 @@ class AgentServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
             os.unlink(socket_path)        # left by a daemon that died (the lock says none runs)
         except FileNotFoundError:
             pass
+        self.socket_path = socket_path    # server_close() needs it if the bind fails
         old = os.umask(0o177)             # the socket is born 0600
         try:
             super().__init__(socket_path, handler)
+        except OSError as e:              # e.g. a path longer than a unix socket allows
+            raise UserError(f"cannot listen on {socket_path}: {e.strerror or e}") from None
         finally:
             os.umask(old)
         os.chmod(socket_path, 0o600)
-        self.socket_path = socket_path
 
     def server_close(self) -> None:
         super().server_close()
