@@ -5,7 +5,8 @@ from framework.marathon import service as marathon_service
 
 
 def register(sub) -> None:
-    p = sub.add_parser("demo", help="bring up a local Mesos cluster with GPUs and show an offer",
+    p = sub.add_parser("demo", help="run everything on this machine end to end: Docker, the "
+                                    "agent daemon, Mesos, the framework and example GPU apps",
                        description=demo.__doc__)
     p.add_argument("--nvml_library", metavar="PATH",
                    help="use this NVML library instead of the host's (or the simulated one)")

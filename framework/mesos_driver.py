@@ -10,7 +10,10 @@ the leading master, reconnect back-off), but:
   calls `interrupt_main()`, which raises KeyboardInterrupt in whatever the main
   thread is doing (Yelp/Tron PR #560): here callback exceptions are logged and
   an abort is reported to the scheduler's `error` callback instead;
-- a master given as `http://host:port/` breaks its host/port split: accepted.
+- a master given as `http://host:port/` breaks its host/port split: accepted;
+- it logs through a stderr handler of its own besides the root logger's (every
+  line twice) and with a full traceback each time a master is unreachable: here
+  its records go through the root logger only, one line each (tracebacks with -v).
 """
 import logging
 import threading
@@ -19,7 +22,10 @@ from typing import Any, Optional
 import pymesos.process
 from pymesos import MesosSchedulerDriver
 
+from volumes.errors import UserError
+
 log = logging.getLogger(__name__)
+MASTER_FORMS = "HOST:PORT, HOST, http://HOST:PORT or zk://HOST:PORT[,...]/PATH"
 
 
 class _NoInterruptMain:
@@ -32,6 +38,42 @@ class _NoInterruptMain:
 
 
 pymesos.process.thread = _NoInterruptMain
+
+
+class _OneLineRecords(logging.Filter):
+    """A pymesos record with a traceback becomes one line ending in the error."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if error is not None and not logging.getLogger().isEnabledFor(logging.DEBUG):
+            record.msg = f"{record.getMessage().rstrip(': ')}: {type(error).__name__}: {error}"
+            record.args, record.exc_info, record.exc_text = None, None, None
+        return True
+
+
+def _quiet_pymesos_logging() -> None:
+    top = logging.getLogger("pymesos")
+    for handler in list(top.handlers):
+        top.removeHandler(handler)
+    for name in [n for n in logging.root.manager.loggerDict if n.split(".")[0] == "pymesos"]:
+        logging.getLogger(name).addFilter(_OneLineRecords())
+
+
+_quiet_pymesos_logging()
+
+
+def check_master(master: str) -> str:
+    """--master as pymesos can use it; UserError naming the forms otherwise."""
+    text = master.strip()
+    scheme, sep, rest = text.rpartition("://")
+    ok = bool(rest) and not any(c.isspace() for c in text) and scheme in (
+        ("http", "https", "zk", "zoo") if sep else ("",))
+    if ok and scheme not in ("zk", "zoo"):
+        host, _, port = master_address(text).rpartition(":")
+        ok = bool(host) and port.isdigit() and 0 < int(port) < 65536
+    if not ok:
+        raise UserError(f"--master {master!r}: not a Mesos master address ({MASTER_FORMS})")
+    return text
 
 
 def master_address(master: str) -> str:

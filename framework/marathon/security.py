@@ -55,6 +55,11 @@ class DockerPolicy:
         out = set()
         for item in names or ():
             out.update(parameter_name(n) for n in item.split(",") if n.strip())
+        unknown = sorted(out - ALWAYS_HOST_ACCESS - NAMESPACE_PARAMETERS)
+        if unknown:       # a typo would otherwise allow nothing, silently
+            raise UserError(f"--allow_docker_parameters: {', '.join(unknown)}: not a Docker "
+                            f"option that is refused by default (those are: "
+                            f"{', '.join(sorted(ALWAYS_HOST_ACCESS | NAMESPACE_PARAMETERS))})")
         return cls(frozenset(out))
 
     def refuses_parameter(self, key: str, value: str) -> bool:

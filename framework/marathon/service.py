@@ -8,6 +8,8 @@ instead of tearing it down: tasks keep running for the next start.
 """
 import argparse
 import logging
+import os
+import shutil
 import signal
 import threading
 from typing import Any, Callable, Optional
@@ -19,6 +21,7 @@ from framework.marathon.http_api import VERSION, MarathonApi
 from framework.marathon.security import DEFAULT_MAX_BODY_BYTES, Authenticator, DockerPolicy
 from framework.marathon.server import MarathonHttpServer
 from framework.state_store import StateStore
+from volumes.cli import non_empty
 from volumes.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -32,11 +35,11 @@ FAILOVER_TIMEOUT = 7 * 24 * 3600.0
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--master", required=True, metavar="HOST:PORT",
                    help="the Mesos master (host:port, http://host:port or zk://...)")
-    p.add_argument("--http_address", default="127.0.0.1", metavar="ADDR",
+    p.add_argument("--http_address", default="127.0.0.1", metavar="ADDR", type=non_empty,
                    help="address the Marathon API listens on (default 127.0.0.1: this host only)")
     p.add_argument("--http_port", type=int, default=8080, metavar="PORT",
                    help="port of the Marathon API (default 8080; 0 picks a free one)")
-    p.add_argument("--state_dir", default=DEFAULT_STATE_DIR, metavar="DIR",
+    p.add_argument("--state_dir", default=DEFAULT_STATE_DIR, metavar="DIR", type=non_empty,
                    help="where the SQLite state (apps, deployments, framework id, tasks) lives "
                         f"(default {DEFAULT_STATE_DIR})")
     auth = p.add_mutually_exclusive_group()
@@ -51,7 +54,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max_body_bytes", type=int, default=DEFAULT_MAX_BODY_BYTES, metavar="N",
                    help=f"largest request body accepted (default {DEFAULT_MAX_BODY_BYTES}; "
                         "larger: 413)")
-    p.add_argument("--agent_socket", default=DEFAULT_AGENT_SOCKET, metavar="PATH",
+    p.add_argument("--agent_socket", default=DEFAULT_AGENT_SOCKET, metavar="PATH", type=non_empty,
                    help="the agent daemon's socket on each agent, passed to executors "
                         f"(default {DEFAULT_AGENT_SOCKET})")
     p.add_argument("--docker_host", metavar="URL",
@@ -60,7 +63,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--refuse_seconds", type=float, default=30.0, metavar="SECONDS",
                    help="how long a declined offer is not re-offered (default 30; new work "
                         "revives offers at once)")
-    p.add_argument("--framework_name", default=FRAMEWORK_NAME, metavar="NAME",
+    p.add_argument("--framework_name", default=FRAMEWORK_NAME, metavar="NAME", type=non_empty,
                    help=f"framework name registered with Mesos (default {FRAMEWORK_NAME})")
     p.add_argument("--gpu_scheduling_behavior", choices=("restricted", "unrestricted"),
                    default="restricted",
@@ -79,21 +82,30 @@ class FrameworkService:
             raise UserError(f"--refuse_seconds must be 0..86400, got {args.refuse_seconds:g}")
         if args.max_body_bytes < 1024:
             raise UserError(f"--max_body_bytes must be at least 1024, got {args.max_body_bytes}")
+        from framework.mesos_driver import check_master     # pymesos: only when it runs
+        check_master(args.master)
         self.args = args
         self.auth = Authenticator.from_args(args.http_credentials, args.http_token_file)
         self.policy = DockerPolicy.from_names(args.allow_docker_parameters)
+        made = _first_missing(args.state_dir)
         self.store = StateStore(args.state_dir)
-        self.events = EventBus()
-        factory = scheduler_factory or default_scheduler_factory
-        self.scheduler = factory(args, self.store)
-        self.manager = AppManager(self.store, self.scheduler, self.events)
-        self.api = MarathonApi(self.manager, self.policy, self.info)
         try:
-            self.http = MarathonHttpServer((args.http_address, args.http_port), self.api,
-                                           self.events, self.auth, args.max_body_bytes)
-        except OSError as e:
-            raise UserError(f"cannot listen on {args.http_address}:{args.http_port}: "
-                            f"{e.strerror}") from e
+            self.events = EventBus()
+            factory = scheduler_factory or default_scheduler_factory
+            self.scheduler = factory(args, self.store)
+            self.manager = AppManager(self.store, self.scheduler, self.events)
+            self.api = MarathonApi(self.manager, self.policy, self.info)
+            try:
+                self.http = MarathonHttpServer((args.http_address, args.http_port), self.api,
+                                               self.events, self.auth, args.max_body_bytes)
+            except OSError as e:
+                raise UserError(f"--http_address {args.http_address} --http_port "
+                                f"{args.http_port}: cannot listen there: {e.strerror}") from e
+        except BaseException:
+            self.store.close()
+            if made is not None:        # a refused start leaves no state dir behind
+                shutil.rmtree(made, ignore_errors=True)
+            raise
         self.started_at = timestamp()
 
     def start(self) -> "FrameworkService":
@@ -135,6 +147,15 @@ class FrameworkService:
             "zookeeper_config": {},
             "http_config": {"http_port": port, "https_port": None},
         }
+
+
+def _first_missing(path: str) -> Optional[str]:
+    """The topmost directory of `path` that does not exist yet (None: it exists)."""
+    missing = None
+    path = os.path.abspath(path)
+    while not os.path.lexists(path):
+        missing, path = path, os.path.dirname(path)
+    return missing
 
 
 def default_scheduler_factory(args: argparse.Namespace, store: StateStore) -> Any:

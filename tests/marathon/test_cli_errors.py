@@ -1,0 +1,79 @@
+"""`mesos-gpu framework` given bad input: one line naming the flag and the
+reason, exit 2, no traceback, no state dir left behind; Ctrl-C and SIGTERM
+stop it cleanly even while the master is unreachable."""
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+
+def _error_line(r: subprocess.CompletedProcess, *names: str, after_log: bool = False) -> str:
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    if after_log:               # a start that got as far as the store logs that first
+        assert all(" INFO: " in x for x in lines[:-1]), r.stderr
+        lines = lines[-1:]
+    assert len(lines) == 1, r.stderr
+    for name in names:
+        assert name in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize("extra, names", [
+    (["--master", ""], ["--master ''", "not a Mesos master address"]),
+    (["--master", "   "], ["--master", "not a Mesos master address"]),
+    (["--master", "master:99999"], ["--master 'master:99999'"]),
+    (["--master", "ftp://master:5050"], ["--master 'ftp://master:5050'"]),
+    (["--master", "m:5050", "--allow_docker_parameters", "cap_add"],
+     ["--allow_docker_parameters", "cap_add", "cap-add"]),
+    (["--master", "m:5050", "--http_address", ""], ["--http_address", "must not be empty"]),
+    (["--master", "m:5050", "--state_dir", ""], ["--state_dir", "must not be empty"]),
+    (["--master", "m:5050", "--framework_name", ""], ["--framework_name", "must not be empty"]),
+])
+def test_bad_flags_are_one_line_and_make_nothing(mesos_gpu_cli, tmp_path, extra, names):
+    state = tmp_path / "new" / "state"
+    args = ["framework", "--http_port", "0", "--state_dir", str(state), *extra]
+    _error_line(mesos_gpu_cli(*args), *names)
+    assert not (tmp_path / "new").exists()
+
+
+def test_busy_port_names_the_flags_and_leaves_no_state_dir(mesos_gpu_cli, tmp_path):
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    port = busy.getsockname()[1]
+    try:
+        r = mesos_gpu_cli("framework", "--master", "127.0.0.1:1", "--http_port", str(port),
+                          "--state_dir", str(tmp_path / "new" / "state"))
+    finally:
+        busy.close()
+    _error_line(r, f"--http_port {port}", "Address already in use", after_log=True)
+    assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_stops_cleanly_while_the_master_is_unreachable(tmp_path, sig):
+    """Port 1 refuses: pymesos retries and logs each try, once, on one line."""
+    proc = subprocess.Popen([sys.executable, "-m", "framework.main", "framework",
+                             "--master", "127.0.0.1:1", "--http_port", "0",
+                             "--state_dir", str(tmp_path / "state")],
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(3)
+        proc.send_signal(sig)
+        assert proc.wait(timeout=30) == 0
+        err = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()
+    assert "Traceback" not in err, err
+    assert "scheduler stopped (failover)" in err
+    refused = [x for x in err.splitlines() if "Connection refused" in x]
+    assert refused and all(x[:4].isdigit() for x in refused), err   # our format, not pymesos'
+    assert len(set(refused)) == len(refused), err                    # each line once
