@@ -14,6 +14,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import time
 from contextlib import ExitStack, contextmanager
 from typing import Iterator, List, Optional
@@ -207,8 +208,16 @@ def leftovers(before_mounts: List[str]) -> List[str]:
     return left
 
 
+def _interrupt(signum: int, _frame) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
 def run(args: argparse.Namespace) -> int:
     test_bed()
+    # SIGTERM unwinds the stack as Ctrl-C does (else the agent daemon, Mesos and
+    # dockerd outlive the demo); SIGINT too when the shell started it ignored.
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     with open("/proc/self/mountinfo") as f:
         before = [line.split()[4] for line in f]
     with bed_errors_as_user_errors():

@@ -41,3 +41,36 @@ def test_pymesos_records_are_single_lines_through_the_root_logger():
         root.removeHandler(handler)
         root.setLevel(old_level)
     assert out.getvalue() == "Thread abort: ConnectionRefusedError: [Errno 111] Connection refused\n"
+
+
+def test_demo_stopped_by_sigterm_shuts_everything_down(mesos_prefix):
+    """SIGTERM mid-run unwinds like Ctrl-C: apps deleted, GPUs back, and the
+    agent daemon, Mesos and dockerd it started do not outlive it."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "framework.main", "demo"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out = []
+    try:
+        for line in proc.stdout:                 # until the apps are submitted
+            out.append(line)
+            if line.startswith("submitted /cognitive/mesos/training"):
+                break
+        children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
+                                  text=True).stdout.split()
+        assert len(children) >= 3, "".join(out)  # dockerd, agent daemon, Mesos
+        proc.send_signal(signal.SIGTERM)
+        rest, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, "".join(out) + err[-2000:]
+    assert "Traceback" not in err, err[-3000:]
+    assert "every GPU is back in the pool" in rest
+    time.sleep(1)
+    alive = [pid for pid in children if subprocess.run(["kill", "-0", pid]).returncode == 0]
+    assert alive == [], alive
