@@ -152,6 +152,14 @@ def _check_flags(args) -> None:
     flags.check_isolation(args.isolation)
     flags.check_daemon_values(args)
     flags.check_selection(args.nvidia_gpu_devices, args.resources)
+    if args.docker_socket not in ("", "none"):
+        import docker.utils                     # checked now, not at the first recovery
+        try:
+            docker.utils.parse_host(args.docker_socket)
+        except docker.errors.DockerException as e:
+            raise flags.FlagError(f"--docker_socket={args.docker_socket}: {e} (e.g. "
+                                  f"{flags.DEFAULT_DOCKER_SOCKET}, tcp://HOST:2375 or none)"
+                                  ) from None
 
 
 def run(args) -> int:

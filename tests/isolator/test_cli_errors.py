@@ -42,6 +42,7 @@ def k80_env():
     (["--prepare_timeout", "inf"], ["--prepare_timeout=inf", "positive number"]),
     (["--volume_root", ""], ["--volume_root", "must not be empty"]),
     (["--driver_root", ""], ["--driver_root", "must not be empty"]),
+    (["--docker_socket", "bogus://x"], ["--docker_socket=bogus://x", "Invalid bind address"]),
 ])
 def test_refused_start_is_one_line_and_leaves_no_work_dir(mesos_gpu_cli, tmp_path, k80_env,
                                                           cgroups_root, extra, names):
