@@ -368,9 +368,11 @@ def wait_acknowledged(driver: MesosExecutorDriver, timeout: float) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of `mesos-gpu executor` (started by the Mesos agent)."""
-    if "MESOS_AGENT_ENDPOINT" not in os.environ:
-        raise UserError("the executor is started by the Mesos agent (MESOS_AGENT_ENDPOINT, "
-                        "MESOS_FRAMEWORK_ID and MESOS_EXECUTOR_ID are not set)")
+    missing = [name for name in ("MESOS_AGENT_ENDPOINT", "MESOS_FRAMEWORK_ID",
+                                 "MESOS_EXECUTOR_ID") if not os.environ.get(name)]
+    if missing:
+        raise UserError(f"the executor is started by the Mesos agent ({', '.join(missing)} "
+                        f"not set)")
     become_subreaper()
     # An agent with --executor_environment_variables passes only those: no PATH.
     os.environ.setdefault("PATH", DEFAULT_PATH)

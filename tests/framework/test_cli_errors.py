@@ -74,3 +74,11 @@ def test_demo_stopped_by_sigterm_shuts_everything_down(mesos_prefix):
     time.sleep(1)
     alive = [pid for pid in children if subprocess.run(["kill", "-0", pid]).returncode == 0]
     assert alive == [], alive
+
+
+def test_executor_run_by_hand_names_every_missing_variable(mesos_gpu_cli):
+    r = mesos_gpu_cli("executor", env={"MESOS_AGENT_ENDPOINT": "127.0.0.1:5051"})
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip().splitlines() == [
+        "mesos-gpu executor: error: the executor is started by the Mesos agent "
+        "(MESOS_FRAMEWORK_ID, MESOS_EXECUTOR_ID not set)"]
