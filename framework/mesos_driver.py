@@ -17,6 +17,7 @@ the leading master, reconnect back-off), but:
 """
 import logging
 import threading
+import time
 from typing import Any, Optional
 
 import pymesos.process
@@ -84,14 +85,64 @@ def master_address(master: str) -> str:
     return address if ":" in address else address + ":5050"
 
 
-class SchedulerDriver(MesosSchedulerDriver):
-    """pymesos' driver with exact capabilities and no main-thread interrupts."""
+# The master's heartbeat interval until its SUBSCRIBED event says (Mesos 1.x:
+# DEFAULT_HEARTBEAT_INTERVAL in src/master/constants.hpp, not configurable).
+DEFAULT_HEARTBEAT_INTERVAL = 15.0
+# Silence tolerated, in heartbeat intervals, before the stream counts as dead:
+# 3 x 15 s = 45 s. The v1 API suggests "e.g. 5"; 3 still rides out a master's
+# GC pause or a slow registry write, and a partition is noticed sooner.
+MISSED_HEARTBEATS = 3.0
+WATCHDOG_TICK = 1.0
 
-    def __init__(self, scheduler: Any, framework: dict, master: str, **kwargs: Any) -> None:
+
+class SchedulerDriver(MesosSchedulerDriver):
+    """pymesos' driver with exact capabilities, no main-thread interrupts, and
+    a heartbeat watchdog.
+
+    pymesos notices a lost master only when the TCP connection closes; a
+    master that goes silent with the connection open (network partition,
+    frozen host) would hold the framework forever. The master sends an event
+    at least every `heartbeat_interval_seconds` (HEARTBEAT when it has nothing
+    else), so `missed_heartbeats` intervals without any event mean the stream
+    is dead: the watchdog closes it and pymesos subscribes again, as after a
+    master change (the scheduler re-subscribes with its framework id and
+    reconciles). A connection that gets no answer at all counts the same way.
+    """
+
+    def __init__(self, scheduler: Any, framework: dict, master: str,
+                 missed_heartbeats: float = MISSED_HEARTBEATS, **kwargs: Any) -> None:
+        if not missed_heartbeats > 1:
+            raise UserError(f"missed_heartbeats: {missed_heartbeats!r} must be more than 1 "
+                            f"(the master may be silent for one heartbeat interval)")
         super().__init__(scheduler, framework, master_address(master), **kwargs)
         self._stopping = False
         self.abort_reason: Optional[str] = None
         self.stopped = threading.Event()
+        self.missed_heartbeats = missed_heartbeats
+        self.heartbeat_interval = DEFAULT_HEARTBEAT_INTERVAL
+        # monotonic time of the last event (or of the connection attempt) on
+        # the open stream; None while no stream is open (pymesos reconnects).
+        self._last_event: Optional[float] = None
+
+    @property
+    def silence_limit(self) -> float:
+        """Seconds without an event after which the stream counts as dead."""
+        return self.missed_heartbeats * self.heartbeat_interval
+
+    def start(self) -> None:
+        super().start()
+        threading.Thread(target=self._watch, name="mesos-heartbeat-watchdog",
+                         daemon=True).start()
+
+    def gen_request(self) -> bytes:
+        """The SUBSCRIBE request of a new connection (IO thread): the silence
+        is counted from here until the first event."""
+        self._last_event = time.monotonic()
+        return super().gen_request()
+
+    def on_close(self) -> None:
+        self._last_event = None
+        super().on_close()
 
     @property
     def framework(self) -> dict:
@@ -101,6 +152,9 @@ class SchedulerDriver(MesosSchedulerDriver):
         return framework
 
     def process_event(self, event: dict) -> None:
+        self._last_event = time.monotonic()
+        if event.get("type") == "SUBSCRIBED":
+            self._note_heartbeat_interval(event.get("subscribed") or {})
         try:
             super().process_event(event)
         except Exception:  # a bug in a callback must not kill the event stream
@@ -109,6 +163,38 @@ class SchedulerDriver(MesosSchedulerDriver):
     def stop(self, failover: bool = False) -> None:
         self._stopping = True
         super().stop(failover)
+
+    def _note_heartbeat_interval(self, subscribed: dict) -> None:
+        interval = subscribed.get("heartbeat_interval_seconds")
+        if isinstance(interval, (int, float)) and interval > 0:
+            self.heartbeat_interval = float(interval)
+        log.info("master heartbeats every %g s: reconnecting after %g s without an event",
+                 self.heartbeat_interval, self.silence_limit)
+
+    def _watch(self) -> None:
+        """Watchdog thread: close a stream that has been silent too long."""
+        while not self.stopped.wait(WATCHDOG_TICK):
+            last = self._last_event
+            if last is None or self._stopping:
+                continue
+            silence = time.monotonic() - last
+            if silence >= self.silence_limit:
+                self._last_event = None
+                log.warning("no event from the master %s for %.0f s (%g heartbeats of %g s): "
+                            "reconnecting", self.master, silence, self.missed_heartbeats,
+                            self.heartbeat_interval)
+                self._reconnect()
+
+    def _reconnect(self) -> None:
+        """Close the stream and subscribe again, on pymesos' own path for a new
+        master: its IO thread, woken, sees `_master` differ from `_new_master`,
+        closes the connection (`disconnected` callback) and connects anew."""
+        with self._lock:
+            if not self._started or self._master is None or self._new_master != self._master:
+                return              # stopping, or a master change already replaces the stream
+            self._master = None
+            self._stream_id = None  # calls fail fast until the new stream is up
+        self._notify()
 
     def _shutdown(self) -> None:
         """Runs on the IO thread as it ends: after stop() (TEARDOWN unless

@@ -10,6 +10,8 @@ What it does with the master:
 - subscribes with the GPU_RESOURCES capability (without it Mesos hides GPU
   agents) and a failover timeout; the framework id is kept in the store, so a
   restarted scheduler subscribes as the same framework and its tasks live on;
+- re-subscribes when the master goes silent with the connection open (the
+  driver's heartbeat watchdog, `missed_heartbeats`);
 - reconciles on every (re)subscription: explicitly for the tasks it knows,
   then implicitly (tasks it does not know are killed, as Marathon does); the
   tasks the master did not answer for are asked again with back-off (after a
@@ -39,7 +41,7 @@ from typing import Any, Callable, Mapping, Optional, Protocol
 from framework import taskinfo
 from framework.constraints import offer_fields
 from framework.matching import RESTRICTED, Matcher, gpu_behavior
-from framework.mesos_driver import SchedulerDriver
+from framework.mesos_driver import MISSED_HEARTBEATS, SchedulerDriver
 from framework.task_spec import TaskSpec
 from volumes.errors import UserError
 
@@ -93,6 +95,9 @@ class SchedulerConfig:
     refuse_seconds: float = 30.0     # filter on declined offers (revive clears it)
     reconcile_interval: float = 600.0
     kill_resend_seconds: float = 10.0
+    # heartbeat intervals without any event from the master before the driver
+    # drops the stream and re-subscribes (framework.mesos_driver: 3 x 15 s)
+    missed_heartbeats: float = MISSED_HEARTBEATS
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     executor: taskinfo.ExecutorSettings = field(default_factory=taskinfo.ExecutorSettings)
 
@@ -477,6 +482,7 @@ class GpuScheduler:
                  self.config.master, info["name"], info.get("id", {}).get("value", "new"),
                  "on" if self.config.gpu_resources else "off")
         self._driver = SchedulerDriver(self, info, self.config.master,
+                                       missed_heartbeats=self.config.missed_heartbeats,
                                        implicit_acknowledgements=False, failover=True)
         self._driver.start()
 
