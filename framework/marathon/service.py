@@ -7,6 +7,7 @@ Marathon v2 API until SIGTERM/SIGINT. Stopping fails the framework over
 instead of tearing it down: tasks keep running for the next start.
 """
 import argparse
+import fcntl
 import logging
 import os
 import shutil
@@ -30,6 +31,7 @@ DEFAULT_STATE_DIR = "/var/lib/mesos-gpu/framework"
 DEFAULT_AGENT_SOCKET = "/var/lib/mesos-gpu/agent.sock"
 FRAMEWORK_NAME = "marathon-gpu"
 FAILOVER_TIMEOUT = 7 * 24 * 3600.0
+LOCK_NAME = "framework.lock"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -89,7 +91,9 @@ class FrameworkService:
         self.policy = DockerPolicy.from_names(args.allow_docker_parameters)
         made = _first_missing(args.state_dir)
         self.store = StateStore(args.state_dir)
+        self._lock_fd: Optional[int] = None
         try:
+            self._lock_fd = _hold_lock(args.state_dir)
             self.events = EventBus()
             factory = scheduler_factory or default_scheduler_factory
             self.scheduler = factory(args, self.store)
@@ -103,6 +107,8 @@ class FrameworkService:
                                 f"{args.http_port}: cannot listen there: {e.strerror}") from e
         except BaseException:
             self.store.close()
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)
             if made is not None:        # a refused start leaves no state dir behind
                 shutil.rmtree(made, ignore_errors=True)
             raise
@@ -130,6 +136,9 @@ class FrameworkService:
             except Exception as e:
                 log.warning("scheduler stop: %s", e)
         self.store.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
     def info(self) -> dict:
         host, port = self.http.server_address[:2]
@@ -147,6 +156,24 @@ class FrameworkService:
             "zookeeper_config": {},
             "http_config": {"http_port": port, "https_port": None},
         }
+
+
+def _hold_lock(state_dir: str) -> int:
+    """<state_dir>/framework.lock, held while this framework runs: a second one on
+    the same state would subscribe as the same framework and the two would take
+    the framework from each other, both writing the store."""
+    path = os.path.join(state_dir, LOCK_NAME)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode().strip() or "?"
+        os.close(fd)
+        raise UserError(f"--state_dir {state_dir}: another framework (pid {holder}) uses it "
+                        f"({path} is locked)") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
 
 
 def _first_missing(path: str) -> Optional[str]:

@@ -77,3 +77,24 @@ def test_stops_cleanly_while_the_master_is_unreachable(tmp_path, sig):
     refused = [x for x in err.splitlines() if "Connection refused" in x]
     assert refused and all(x[:4].isdigit() for x in refused), err   # our format, not pymesos'
     assert len(set(refused)) == len(refused), err                    # each line once
+
+
+def test_second_framework_on_the_same_state_dir_is_refused(mesos_gpu_cli, tmp_path):
+    """Both would subscribe as the same framework and take it from each other."""
+    state = tmp_path / "state"
+    first = subprocess.Popen([sys.executable, "-m", "framework.main", "framework",
+                              "--master", "127.0.0.1:1", "--http_port", "0",
+                              "--state_dir", str(state)], stderr=subprocess.PIPE, text=True)
+    try:
+        for line in first.stderr:
+            if "Marathon API on" in line:
+                break
+        r = mesos_gpu_cli("framework", "--master", "127.0.0.1:1", "--http_port", "0",
+                          "--state_dir", str(state))
+        _error_line(r, f"--state_dir {state}", f"another framework (pid {first.pid})",
+                    after_log=True)
+        assert first.poll() is None                     # the first one still runs
+    finally:
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(timeout=30) == 0
+        first.stderr.close()
