@@ -56,6 +56,10 @@ RECORD_KIND = "scheduler.task"
 MAINTENANCE_INTERVAL = 1.0
 RECONCILE_RETRY_SECONDS = 1.0   # first re-ask for unanswered tasks; doubles each time
 RECONCILE_RETRY_MAX_SECONDS = 60.0
+# A driver that keeps failing (master unreachable, its name does not resolve) is
+# restarted after 1 s, then 2, 4 ... up to 60 s; a subscription resets the delay.
+DRIVER_RESTART_SECONDS = 1.0
+DRIVER_RESTART_MAX_SECONDS = 60.0
 
 
 class SchedulerStore(Protocol):
@@ -174,6 +178,8 @@ class GpuScheduler:
         self._reconcile_retry_delay = RECONCILE_RETRY_SECONDS
         self._reconcile_retry_at = 0.0
         self._restart_driver = False
+        self._driver_restart_delay = DRIVER_RESTART_SECONDS
+        self._driver_restart_at = 0.0
         self._offers_seen: Counter = Counter()
         self._recover()
 
@@ -488,6 +494,7 @@ class GpuScheduler:
 
     def _after_subscription(self, driver: SchedulerDriver) -> None:
         self._subscribed.set()
+        self._driver_restart_delay = DRIVER_RESTART_SECONDS
         self._reconcile()
         with self._lock:
             idle = not self._has_waiting_work()
@@ -557,12 +564,18 @@ class GpuScheduler:
         driver = self._driver
         if driver is not None and not self._stop.is_set() \
                 and (driver.stopped.is_set() or self._restart_driver):
+            if not self._restart_driver and now < self._driver_restart_at:
+                return                          # a failing driver waits out its back-off
             self._restart_driver = False
-            log.warning("restarting the scheduler driver")
+            log.warning("restarting the scheduler driver (if it fails again: next try in %.0f s)",
+                        self._driver_restart_delay)
             if not driver.stopped.is_set():
                 driver.stop(failover=True)
                 driver.join()
             self._start_driver()
+            self._driver_restart_at = now + self._driver_restart_delay
+            self._driver_restart_delay = min(DRIVER_RESTART_MAX_SECONDS,
+                                             2 * self._driver_restart_delay)
             return
         with self._lock:
             backoff_over = any(r.state == PENDING and 0 < r.not_before <= now
