@@ -8,7 +8,6 @@ until SIGTERM or SIGINT, writes the ledger a last time and exits 0.
 One daemon per work_dir: a second one is refused (the lock file names the first).
 A start refused for bad flags or an unusable host leaves no new work_dir behind.
 """
-import fcntl
 import logging
 import os
 import shutil
@@ -16,7 +15,7 @@ import signal
 import threading
 from typing import Dict, Optional
 
-from isolator import cgroup_host, devices, flags, nvml
+from isolator import cgroup_host, devices, flags, instance_lock, nvml
 from isolator import topology as topology_mod
 from isolator.container_cgroups import ContainerCgroups
 from isolator.docker_state import DockerState
@@ -41,19 +40,12 @@ def _lock(work_dir: str) -> int:
     """Hold <work_dir>/agent.lock for the daemon's life."""
     path = os.path.join(work_dir, LOCK_NAME)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        return instance_lock.hold(path)
+    except instance_lock.Held as e:
+        raise UserError(f"--work_dir={work_dir}: another agent daemon (pid {e.pid}) "
+                        f"holds {path}") from None
     except OSError as e:
         raise flags.FlagError(f"--work_dir={work_dir}: cannot open {path}: {e.strerror}") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode().strip() or "?"
-        os.close(fd)
-        raise UserError(f"--work_dir={work_dir}: another agent daemon (pid {holder}) "
-                        f"holds {path}") from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return fd
 
 
 def _work_dir(path: str) -> Optional[str]:

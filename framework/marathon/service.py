@@ -7,7 +7,6 @@ Marathon v2 API until SIGTERM/SIGINT. Stopping fails the framework over
 instead of tearing it down: tasks keep running for the next start.
 """
 import argparse
-import fcntl
 import logging
 import os
 import shutil
@@ -22,6 +21,7 @@ from framework.marathon.http_api import VERSION, MarathonApi
 from framework.marathon.security import DEFAULT_MAX_BODY_BYTES, Authenticator, DockerPolicy
 from framework.marathon.server import MarathonHttpServer
 from framework.state_store import StateStore
+from isolator import instance_lock
 from volumes.cli import non_empty
 from volumes.errors import UserError
 
@@ -163,17 +163,11 @@ def _hold_lock(state_dir: str) -> int:
     the same state would subscribe as the same framework and the two would take
     the framework from each other, both writing the store."""
     path = os.path.join(state_dir, LOCK_NAME)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode().strip() or "?"
-        os.close(fd)
-        raise UserError(f"--state_dir {state_dir}: another framework (pid {holder}) uses it "
+        return instance_lock.hold(path)
+    except instance_lock.Held as e:
+        raise UserError(f"--state_dir {state_dir}: another framework (pid {e.pid}) uses it "
                         f"({path} is locked)") from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return fd
 
 
 def _first_missing(path: str) -> Optional[str]:
