@@ -8,7 +8,9 @@ import signal
 import stat
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -295,19 +297,31 @@ def test_cli_build_ls_gc(driver_root, tmp_path, mesos_gpu_cli):
         "535.261.03 (no '/', '..' or other characters)")
 
 
+@contextmanager
+def mounted_in_another_namespace(path: Path, target: Path) -> Iterator[None]:
+    """A process in its own mount namespace holds `path` bind-mounted read-only at
+    `target` (as a container does) until the block ends."""
+    target.mkdir()
+    holder = subprocess.Popen(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c",
+         f"mount --bind -o ro {path} {target} && echo MOUNTED && exec sleep 60"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "MOUNTED"
+        yield
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()
+
+
 def test_gc_and_remove_keep_a_volume_mounted_in_another_namespace(driver_root, tmp_path):
     """A container's bind mount (here: a process in its own mount namespace)
     protects its volume even when the caller forgot to list it as in use."""
     root = tmp_path / "volumes"
     old = builder.build("535.54.03", driver_root, root)
     target = tmp_path / "target"
-    target.mkdir()
-    holder = subprocess.Popen(
-        ["unshare", "-m", "--propagation", "private", "sh", "-c",
-         f"mount --bind -o ro {old.path} {target} && echo MOUNTED && exec sleep 60"],
-        stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "MOUNTED"
+    with mounted_in_another_namespace(old.path, target):
         users = mounts.bind_mounted(old.path)
         assert len(users) == 1 and str(target) in users[0]
         assert mounts.bind_mounted(root) == users              # under root counts too
@@ -315,10 +329,6 @@ def test_gc_and_remove_keep_a_volume_mounted_in_another_namespace(driver_root, t
         with pytest.raises(UserError, match="still mounted"):
             builder.remove(root, "535.54.03")
         assert builder.verify(old.path)
-    finally:
-        holder.kill()
-        holder.wait()
-        holder.stdout.close()
     assert mounts.bind_mounted(old.path) == []
     assert builder.gc(root, keep=[V]) == ["535.54.03"]
 
@@ -330,13 +340,7 @@ def test_replacing_a_mounted_volume_keeps_the_old_one_for_its_container(tree_cop
     volumes = tmp_path / "volumes"
     old = builder.build(V, root, volumes)
     target = tmp_path / "target"
-    target.mkdir()
-    holder = subprocess.Popen(
-        ["unshare", "-m", "--propagation", "private", "sh", "-c",
-         f"mount --bind -o ro {old.path} {target} && echo MOUNTED && exec sleep 60"],
-        stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "MOUNTED"
+    with mounted_in_another_namespace(old.path, target):
         cfg = root / NV / f"libnvidia-cfg.so.{V}"
         data = cfg.read_bytes()
         cfg.unlink()
@@ -345,9 +349,5 @@ def test_replacing_a_mounted_volume_keeps_the_old_one_for_its_container(tree_cop
         assert not new.reused
         trash = [p for p in volumes.iterdir() if ".trash-" in p.name]
         assert len(trash) == 1 and builder.verify(trash[0])         # whole, for the container
-    finally:
-        holder.kill()
-        holder.wait()
-        holder.stdout.close()
     assert builder.gc(volumes, keep=[V]) == []
     assert sorted(p.name for p in volumes.iterdir()) == [builder.LOCK, f"nvidia_{V}"]
