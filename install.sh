@@ -1,7 +1,7 @@
 #!/bin/bash
 # Install mesos-gpu on a fresh Debian 12 machine, as root, with no hand steps:
 # system packages, a virtual environment in .venv, the project (editable) with
-# its test extras, and the test bed parts the demo and the tests run on.
+# its test extras, and the one-machine cluster the demo and the tests run on.
 # Idempotent: a second run only checks what is already there.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -43,6 +43,6 @@ fi
 step "mesos-gpu and its dependencies"
 $PIP install -q -e ".[test]"
 
-step "test bed (Mesos 1.11 local cluster, fake NVML, driver files)"
-.venv/bin/python -m tests.bed build
+step "one-machine cluster parts (Mesos 1.11, fake NVML, NVIDIA driver files)"
+.venv/bin/python -m localcluster build
 step "done: $ROOT/.venv/bin/mesos-gpu"

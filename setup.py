@@ -1,5 +1,5 @@
 """mesos-gpu: GPU support for Apache Mesos (agent-side module, driver volume, framework)."""
-from setuptools import setup
+from setuptools import find_packages, setup
 
 setup(
     name="mesos-gpu",
@@ -7,7 +7,16 @@ setup(
     description="NVIDIA GPUs for Apache Mesos: driver volume, device isolation, "
                 "a GPU-aware pymesos framework with a Marathon-style API",
     python_requires=">=3.11",
-    packages=["volumes", "isolator", "framework"],
+    # Every product package, the one-machine cluster the demo runs on included;
+    # never tests/, bench/ or examples/ (examples/ only links to what ships here).
+    packages=find_packages(include=["common", "volumes*", "isolator*", "framework*",
+                                    "localcluster*", "mesos_gpu"]),
+    package_data={
+        # built on the user's machine by `python -m localcluster build`
+        "localcluster": ["mesos_local/*.py", "mesos_local/*.cpp", "mesos_local/*.sh",
+                         "mesos_local/*.md", "mesos_local/scripts/*", "fake_nvml/*.c"],
+        "localcluster.cognitive": ["apps/*.json"],
+    },
     install_requires=[
         # pymesos 0.3.15 pins http-parser 0.9.0, whose C extension does not build
         # on Python 3.11; install.sh installs its pure-Python parser first.
@@ -18,13 +27,16 @@ setup(
         "six>=1.16",
         # pymesos imports kazoo on Python 3 for zk:// masters.
         "kazoo>=2.9",
+        # NVIDIA's real nvml.h: the one-machine cluster compiles its fake
+        # libnvidia-ml against it on hosts without an NVIDIA driver.
+        "nvidia-nvml-dev>=13.0",
     ],
     extras_require={
         "test": [
             "pytest>=8",
+            # tests/test_layout.py: pyflakes checks of the whole tree
+            "ruff>=0.6",
             "hypothesis>=6.100",
-            # NVIDIA's real nvml.h, for compiling the test bed's fake libnvidia-ml.
-            "nvidia-nvml-dev>=13.0",
             # A real, unmodified Marathon client (its last release) proves our API
             # answers the way existing Marathon clients expect.
             "marathon==0.13.0",
@@ -33,5 +45,5 @@ setup(
             "nvidia-cuda-nvcc-cu12>=12.0",
         ],
     },
-    entry_points={"console_scripts": ["mesos-gpu = framework.main:main"]},
+    entry_points={"console_scripts": ["mesos-gpu = mesos_gpu.main:main"]},
 )

@@ -24,11 +24,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from framework.docker_task import DockerTask, inspect  # noqa: E402
+from framework.executor.docker_container import DockerTask, inspect  # noqa: E402
 from framework.task_spec import TaskSpec  # noqa: E402
 from tests.bed import fake_nvml  # noqa: E402
-from tests.bed.docker_engine import DockerEngine  # noqa: E402
-from tests.bed.gpu_node import GpuNode, layout_for_driver_files  # noqa: E402
+from localcluster.docker_engine import DockerEngine  # noqa: E402
+from localcluster.gpu_node import GpuNode, layout_for_driver_files  # noqa: E402
 
 VOLUME_LABEL = {"com.nvidia.volumes.needed": "nvidia_driver"}
 

@@ -23,7 +23,7 @@ from typing import Callable
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.bed import driver_files  # noqa: E402
-from tests.bed.paths import BED_DIR  # noqa: E402
+from localcluster.paths import BUILD_DIR  # noqa: E402
 from volumes import builder, components  # noqa: E402
 
 
@@ -77,7 +77,7 @@ def main() -> int:
     version = driver_files.DRIVER_VERSION
     comps = components.gather(root)
     size = sum(s.stat().st_size for s in comps.sources())
-    work = Path(tempfile.mkdtemp(prefix="bench-volume-", dir=BED_DIR))
+    work = Path(tempfile.mkdtemp(prefix="bench-volume-", dir=BUILD_DIR))
     same_fs = os.stat(work).st_dev == os.stat(root).st_dev
     print(f"driver tree {root}: {len(comps.sources())} files, {size / 2**20:.0f} MiB; "
           f"scratch {work} ({'same' if same_fs else 'another'} filesystem); runs={args.runs}")

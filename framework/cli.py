@@ -1,16 +1,9 @@
-"""Subcommands of the framework side: `demo`, `framework` (the Marathon-style
-API) and `executor`."""
-from framework import demo
+"""Subcommands of the framework side: `framework` (the Marathon-style API) and
+`executor`."""
 from framework.marathon import service as marathon_service
 
 
 def register(sub) -> None:
-    p = sub.add_parser("demo", help="run everything on this machine end to end: Docker, the "
-                                    "agent daemon, Mesos, the framework and example GPU apps",
-                       description=demo.__doc__)
-    p.add_argument("--nvml_library", metavar="PATH",
-                   help="use this NVML library instead of the host's (or the simulated one)")
-    p.set_defaults(func=demo.run)
 
     p = sub.add_parser("framework", help="run the GPU framework with its Marathon v2 API",
                        description=marathon_service.__doc__)
@@ -30,5 +23,5 @@ def register(sub) -> None:
 
 
 def _run_executor(args) -> int:
-    from framework import executor  # docker, pymesos: only when an executor runs
+    from framework.executor import main as executor  # docker, pymesos: only when an executor runs
     return executor.run(args)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field as dataclass_field
 from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
-from volumes.errors import UserError
+from common.errors import UserError
 
 OPERATORS = ("UNIQUE", "CLUSTER", "GROUP_BY", "LIKE", "MAX_PER", "UNLIKE", "IS")
 HOSTNAME_FIELDS = ("hostname", "@hostname")

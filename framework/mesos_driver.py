@@ -23,7 +23,7 @@ from typing import Any, Optional
 import pymesos.process
 from pymesos import MesosSchedulerDriver
 
-from volumes.errors import UserError
+from common.errors import UserError
 
 log = logging.getLogger(__name__)
 MASTER_FORMS = "HOST:PORT, HOST, http://HOST:PORT or zk://HOST:PORT[,...]/PATH"

@@ -43,7 +43,7 @@ from framework.constraints import offer_fields
 from framework.matching import RESTRICTED, Matcher, gpu_behavior
 from framework.mesos_driver import MISSED_HEARTBEATS, SchedulerDriver
 from framework.task_spec import TaskSpec
-from volumes.errors import UserError
+from common.errors import UserError
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Dict, Iterator, Optional
 
-from volumes.errors import UserError
+from common.errors import UserError
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from typing import Any, Mapping, Optional
 
 from framework import constraints as constraint_rules
 from framework.constraints import Constraint
-from volumes.errors import UserError
+from common.errors import UserError
 
 DOCKER = "DOCKER"
 MESOS = "MESOS"

@@ -40,7 +40,7 @@ EXECUTOR_ID_PREFIX = "mesos-gpu."
 def default_executor_command() -> str:
     """This Python running the CLI's `executor` subcommand (works from an
     installed package and from an editable checkout alike)."""
-    return f"{shlex.quote(sys.executable)} -m framework.main executor"
+    return f"{shlex.quote(sys.executable)} -m mesos_gpu executor"
 
 
 @dataclass(frozen=True)

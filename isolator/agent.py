@@ -15,7 +15,8 @@ import signal
 import threading
 from typing import Dict, Optional
 
-from isolator import cgroup_host, devices, flags, instance_lock, nvml
+from common import instance_lock
+from isolator import cgroup_host, devices, flags, nvml
 from isolator import topology as topology_mod
 from isolator.container_cgroups import ContainerCgroups
 from isolator.docker_state import DockerState
@@ -23,7 +24,7 @@ from isolator.gpu import Inventory
 from isolator.ledger import Ledger
 from isolator.server import AgentServer
 from isolator.service import AgentService
-from volumes.errors import UserError
+from common.errors import UserError
 
 log = logging.getLogger("mesos-gpu.agent")
 SOCKET_NAME = "agent.sock"

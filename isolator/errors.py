@@ -3,7 +3,7 @@
 They are UserErrors: the daemon sends the message as it is, the client raises
 it again on its side, and `mesos-gpu` prints it as one line.
 """
-from volumes.errors import UserError
+from common.errors import UserError
 
 
 class AgentError(UserError):

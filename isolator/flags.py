@@ -17,7 +17,7 @@ from typing import List, Optional, Tuple
 from isolator.gpu import Gpu, Inventory
 from isolator.nvml import ENV_LIBRARY
 from volumes.cli import non_empty
-from volumes.errors import UserError
+from common.errors import UserError
 
 DEFAULT_ISOLATION = "filesystem/linux,cgroups/devices,gpu/nvidia"
 DEFAULT_WORK_DIR = "/var/lib/mesos-gpu"

@@ -18,7 +18,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Dict, Optional, Tuple
 
-from volumes.errors import UserError
+from common.errors import UserError
 
 FORMAT = "mesos-gpu-ledger"
 VERSION = 1

@@ -16,7 +16,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 import pynvml
 
 from isolator.gpu import Gpu, Inventory
-from volumes.errors import UserError
+from common.errors import UserError
 
 log = logging.getLogger("mesos-gpu.nvml")
 

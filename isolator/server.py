@@ -22,7 +22,7 @@ from urllib.parse import parse_qs, urlsplit
 from isolator import metrics
 from isolator.errors import AgentError, BadRequest, NotFound
 from isolator.service import AgentService
-from volumes.errors import UserError
+from common.errors import UserError
 
 log = logging.getLogger("mesos-gpu.agent")
 MAX_BODY = 1 << 20

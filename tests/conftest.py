@@ -1,10 +1,11 @@
-"""Shared fixtures: the real test bed (tests/bed), started and stopped by the tests.
+"""Shared fixtures: the real parts of the one-machine cluster (the `localcluster`
+package), started and stopped by the tests; test-only probes are in tests/bed.
 
 Fixture names are a contract with every test package; keep them stable.
 
 Session scope
-- `mesos_prefix` -> Path: the built Mesos 1.11 prefix (`tests.bed.mesos.build()`).
-- `docker_engine` -> tests.bed.docker_engine.DockerEngine: ONE private dockerd for the
+- `mesos_prefix` -> Path: the built Mesos 1.11 prefix (`localcluster.mesos.build()`).
+- `docker_engine` -> localcluster.docker_engine.DockerEngine: ONE private dockerd for the
   session (own data root, exec root and unix socket in a temp dir; vfs; no iptables,
   no bridge), started on first use, stopped (containers removed) at session end.
   `.client()` is a docker SDK client; `.host` is "unix://..." for DOCKER_HOST;
@@ -14,7 +15,7 @@ Session scope
   changes (no registry); the same labels/env/cmd are imported only once.
 
 Function scope (everything started is stopped when the test ends)
-- `nvml_layout(name_or_layout)` -> tests.bed.fake_nvml.Layout: applies the layout's
+- `nvml_layout(name_or_layout)` -> localcluster.fake_nvml.Layout: applies the layout's
   environment (FAKE_NVML_CONFIG, MESOS_GPU_NVML_LIBRARY, FAKE_NVML_INIT_ERROR) to
   os.environ with monkeypatch, for in-process `isolator.nvml.discover()`; pass
   `layout.env()` to child processes. Names: k80, v100x8, mixed, nodriver, nolib;
@@ -22,13 +23,13 @@ Function scope (everything started is stopped when the test ends)
   process that has not loaded the fake library yet (dlopen finds the loaded one by
   its soname); test "nolib" in a child process.
 - `mesos_cluster(resources="cpus:2;mem:1024;gpus:2", attributes="", env=None, agents=1)`
-  -> tests.bed.mesos.LocalCluster: master + agent(s) in one process on a free port,
+  -> localcluster.mesos.LocalCluster: master + agent(s) in one process on a free port,
   registered agents. `.address` "127.0.0.1:PORT", `.state()`, `.agents()`,
-  `.wait_agents(n, timeout)`, `.offers(gpu_resources, timeout, until=None)`.
+  `.wait_agents(n, timeout)`.
   `env` holds more MESOS_* flags (MESOS_ISOLATION, MESOS_LAUNCHER, ...).
-- `mesos_master(env=None)` -> tests.bed.mesos.Master: a master-only process.
+- `mesos_master(env=None)` -> localcluster.mesos.Master: a master-only process.
 - `mesos_agent(master, resources, attributes="", hostname="127.0.0.1", env=None)`
-  -> tests.bed.mesos.Agent: one agent process, returned once it has registered.
+  -> localcluster.mesos.Agent: one agent process, returned once it has registered.
   `.address`, `.state()` (agent /state), `.id`, `.run_dir`, `.stop()`.
 - `mesos_gpu_cli(*args, env=None, timeout=60)` -> subprocess.CompletedProcess (text):
   runs the installed `mesos-gpu` console script of this venv with os.environ plus
@@ -47,9 +48,9 @@ from typing import Dict, Iterator, List, Optional, Sequence, Union
 
 import pytest
 
-from tests.bed import fake_nvml, mesos
-from tests.bed.docker_engine import DockerEngine
-from tests.bed.paths import BedError
+from localcluster import fake_nvml, mesos
+from localcluster.docker_engine import DockerEngine
+from localcluster.paths import LocalClusterError
 
 NVML_VARS = ("FAKE_NVML_CONFIG", "MESOS_GPU_NVML_LIBRARY", "FAKE_NVML_INIT_ERROR")
 
@@ -152,7 +153,7 @@ def mesos_agent(_mesos_daemons):
 def mesos_gpu_cli():
     exe = Path(sys.executable).parent / "mesos-gpu"
     if not exe.exists():
-        raise BedError(f"{exe} not found: run ./install.sh (pip install -e .)")
+        raise LocalClusterError(f"{exe} not found: run ./install.sh (pip install -e .)")
 
     def run(*args: str, env: Optional[Dict[str, str]] = None,
             timeout: float = 60) -> subprocess.CompletedProcess:

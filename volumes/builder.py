@@ -38,7 +38,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Unio
 
 from volumes import components as components_mod
 from volumes import mounts
-from volumes.errors import UserError
+from common.errors import UserError
 
 log = logging.getLogger("mesos-gpu.volume")
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from volumes import builder, components
-from volumes.errors import UserError
+from common.errors import UserError
 
 log = logging.getLogger("mesos-gpu.volume")
 

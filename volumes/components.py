@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Dict, FrozenSet, List, Optional, Tuple, Union
 
 from volumes import elf, ldcache, rootpath
-from volumes.errors import UserError
+from common.errors import UserError
 
 log = logging.getLogger("mesos-gpu.volume")
 

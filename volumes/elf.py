@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, List, Optional, Tuple, Union
 
-from volumes.errors import UserError
+from common.errors import UserError
 
 ELF_MAGIC = b"\x7fELF"
 CLASS32, CLASS64 = 1, 2

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, Mapping, Optional, Tuple, Union
 
-from volumes.errors import UserError
+from common.errors import UserError
 
 LABEL_VOLUMES = "com.nvidia.volumes.needed"
 LABEL_CUDA = "com.nvidia.cuda.version"

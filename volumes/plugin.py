@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Set, Union
 
 from volumes import builder
-from volumes.errors import UserError
+from common.errors import UserError
 
 log = logging.getLogger("mesos-gpu.volume-plugin")
 

@@ -12,7 +12,7 @@ import stat
 from pathlib import Path
 from typing import Dict, List, Union
 
-from volumes.errors import UserError
+from common.errors import UserError
 
 MAX_LINKS = 40                  # the kernel's limit on links followed in one lookup
 

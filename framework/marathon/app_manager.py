@@ -26,7 +26,7 @@ from framework.marathon.events import EventBus
 from framework.marathon.task_records import TERMINAL_STATES, TaskView, view_of
 from framework.marathon.validation import app_locked, app_not_found, message, task_not_found
 from framework.state_store import StateStore
-from volumes.errors import UserError
+from common.errors import UserError
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import FrozenSet, Iterable, Optional
 
-from volumes.errors import UserError
+from common.errors import UserError
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 

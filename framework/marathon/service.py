@@ -21,9 +21,9 @@ from framework.marathon.http_api import VERSION, MarathonApi
 from framework.marathon.security import DEFAULT_MAX_BODY_BYTES, Authenticator, DockerPolicy
 from framework.marathon.server import MarathonHttpServer
 from framework.state_store import StateStore
-from isolator import instance_lock
+from common import instance_lock
 from volumes.cli import non_empty
-from volumes.errors import UserError
+from common.errors import UserError
 
 log = logging.getLogger(__name__)
 

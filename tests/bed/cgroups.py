@@ -12,23 +12,19 @@ through and no driver answered; EPERM means the device cgroup denied it.
 - `unique_name`, `remove_tree`: cgroup names other test runs never collide
   with, and removal of everything under one.
 """
-import errno
 import json
 import os
 import secrets
-import signal
-import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence
 
-from tests.bed.paths import BedError
+from localcluster.paths import LocalClusterError
 
-NVIDIA_MAJOR = 195
-CTL_MINOR = 255
-UVM_MAJOR = 240        # in the "local/experimental" range, never a real driver here
+from localcluster.processes import remove_cgroup_tree as remove_tree  # noqa: F401
+from localcluster.device_nodes import (CTL_MINOR, NVIDIA_MAJOR, UVM_MAJOR,  # noqa: F401
+                                     make_device_nodes)
 
 _CHILD = r"""
 import errno, json, os, sys
@@ -42,33 +38,6 @@ for line in sys.stdin:
             out[path] = errno.errorcode.get(e.errno, str(e.errno))
     print(json.dumps(out), flush=True)
 """
-
-
-def _mknod(path: Path, major: int, minor: int) -> None:
-    if path.exists():
-        st = path.stat()
-        if stat.S_ISCHR(st.st_mode) and st.st_rdev == os.makedev(major, minor):
-            return
-        path.unlink()
-    os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
-
-
-def make_device_nodes(directory: Path, minors: Iterable[int], uvm_major: int = UVM_MAJOR,
-                      uvm: bool = True, ctl: bool = True) -> Dict[str, Path]:
-    """Character nodes as /dev has them on a GPU host; returns name -> path."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    nodes = {f"nvidia{m}": (NVIDIA_MAJOR, m) for m in minors}
-    if ctl:
-        nodes["nvidiactl"] = (NVIDIA_MAJOR, CTL_MINOR)
-    if uvm:
-        nodes["nvidia-uvm"] = (uvm_major, 0)
-        nodes["nvidia-uvm-tools"] = (uvm_major, 1)
-    out = {}
-    for name, (major, minor) in nodes.items():
-        _mknod(directory / name, major, minor)
-        out[name] = directory / name
-    return out
 
 
 class Prober:
@@ -86,12 +55,12 @@ class Prober:
 
     def open(self, paths: Sequence[os.PathLike]) -> Dict[str, str]:
         if self.proc.poll() is not None:
-            raise BedError(f"prober {self.pid} exited ({self.proc.returncode})")
+            raise LocalClusterError(f"prober {self.pid} exited ({self.proc.returncode})")
         self.proc.stdin.write(json.dumps([str(p) for p in paths]) + "\n")
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
         if not line:
-            raise BedError(f"prober {self.pid} died before answering")
+            raise LocalClusterError(f"prober {self.pid} died before answering")
         return json.loads(line)
 
     def alive(self) -> bool:
@@ -125,7 +94,7 @@ def probe_in(cgroup_dirs: Sequence[os.PathLike], paths: Sequence[os.PathLike]) -
                        input=json.dumps([str(p) for p in paths]) + "\n",
                        capture_output=True, text=True, timeout=30)
     if r.returncode != 0:
-        raise BedError(f"probe in {list(map(str, cgroup_dirs))} failed: {r.stderr.strip()}")
+        raise LocalClusterError(f"probe in {list(map(str, cgroup_dirs))} failed: {r.stderr.strip()}")
     return json.loads(r.stdout)
 
 
@@ -133,32 +102,6 @@ def unique_name(prefix: str = "mesos-gpu-test") -> str:
     return f"{prefix}-{os.getpid()}-{secrets.token_hex(4)}"
 
 
-def remove_tree(path: os.PathLike, timeout: float = 10.0) -> None:
-    """Remove a cgroup and everything below it, killing what runs there."""
-    path = Path(path)
-    if not path.exists():
-        return
-    for child in sorted((p for p in path.iterdir() if p.is_dir()), reverse=True):
-        remove_tree(child, timeout)
-    deadline = time.monotonic() + timeout
-    while path.exists():
-        try:
-            pids = [int(p) for p in (path / "cgroup.procs").read_text().split()]
-        except FileNotFoundError:
-            return
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        try:
-            path.rmdir()
-        except FileNotFoundError:
-            return
-        except OSError as e:
-            if e.errno != errno.EBUSY or time.monotonic() > deadline:
-                raise
-            time.sleep(0.02)
 
 
 def paths_of(nodes: Dict[str, Path], names: Iterable[str]) -> List[Path]:

@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from tests.bed.paths import BedError
+from localcluster.paths import LocalClusterError
 
 API = "/api/v1/scheduler"
 Offer = Dict
@@ -97,7 +97,7 @@ class SchedulerStream:
         self._sock = self._conn.sock      # http.client may drop it once the body streams
         resp = self._conn.getresponse()
         if resp.status != 200:
-            raise BedError(f"SUBSCRIBE to {self.host}:{self.port}: HTTP {resp.status} "
+            raise LocalClusterError(f"SUBSCRIBE to {self.host}:{self.port}: HTTP {resp.status} "
                            f"{resp.read().decode(errors='replace').strip()}")
         self.stream_id = resp.getheader("Mesos-Stream-Id")
         self._sock.settimeout(None)             # heartbeats come every 15 s
@@ -106,7 +106,7 @@ class SchedulerStream:
         self._reader.start()
         event = self.next_event(self.timeout, types=("SUBSCRIBED",))
         if event is None:
-            raise BedError(f"no SUBSCRIBED from {self.host}:{self.port} in {self.timeout} s")
+            raise LocalClusterError(f"no SUBSCRIBED from {self.host}:{self.port} in {self.timeout} s")
         self.framework_id = event["subscribed"]["framework_id"]
         return event["subscribed"]
 

@@ -9,10 +9,10 @@ from typing import Dict, Optional, Sequence
 
 import pytest
 
-from tests.bed import driver_files
-from tests.bed.paths import REPO
+from localcluster import driver_files
+from tests.bed import REPO
 
-COGNITIVE = REPO / "examples" / "cognitive"
+COGNITIVE = REPO / "localcluster" / "cognitive"
 
 
 def workload_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:

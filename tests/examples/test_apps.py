@@ -7,8 +7,8 @@ import shlex
 
 import pytest
 
-from examples.cognitive import image
-from examples.cognitive.glyphnet.__main__ import build_parser
+from localcluster.cognitive import image
+from localcluster.cognitive.glyphnet.__main__ import build_parser
 from tests.examples.conftest import COGNITIVE
 
 FILES = sorted((COGNITIVE / "apps").glob("*.json"))

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from examples.cognitive.glyphnet import backend, cuda, gpu, kernel
+from localcluster.cognitive.glyphnet import backend, cuda, gpu, kernel
 from tests.examples.conftest import run_glyphnet
 
 

@@ -12,8 +12,8 @@ from typing import Any, Tuple
 import numpy as np
 import pytest
 
-from examples.cognitive.glyphnet import glyphs
-from examples.cognitive.glyphnet.serve import BadRequest, choose_port, parse_glyphs
+from localcluster.cognitive.glyphnet import glyphs
+from localcluster.cognitive.glyphnet.serve import BadRequest, choose_port, parse_glyphs
 from tests.examples.conftest import workload_env
 
 
@@ -153,7 +153,7 @@ def test_sigterm_stops_the_service_cleanly(service):
 
 
 def test_duration_ends_the_service(tmp_path):
-    from examples.cognitive.glyphnet import mlp
+    from localcluster.cognitive.glyphnet import mlp
     model = mlp.init(64, 4, glyphs.CLASSES, seed=0)
     mlp.save(model, str(tmp_path / "m.npz"))
     r = subprocess.run([sys.executable, "-m", "glyphnet", "serve", "--model", str(tmp_path / "m.npz"),

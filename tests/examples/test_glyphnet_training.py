@@ -5,7 +5,7 @@ import os
 import numpy as np
 import pytest
 
-from examples.cognitive.glyphnet import glyphs, mlp
+from localcluster.cognitive.glyphnet import glyphs, mlp
 from tests.examples.conftest import run_glyphnet
 
 

@@ -10,15 +10,14 @@ import json
 import socket
 import time
 import urllib.request
-from pathlib import Path
 
 import docker
 import pytest
 
-from examples.cognitive import image
-from examples.cognitive.glyphnet import glyphs, kernel
+from localcluster.cognitive import image
+from localcluster.cognitive.glyphnet import glyphs, kernel
 from tests.bed import cgroups as bed_cgroups
-from tests.bed import driver_files
+from localcluster import driver_files
 from volumes import builder, image_rules
 
 TAG = image.DEFAULT_TAG          # the tag the app files name (test_launch_e2e reuses it)

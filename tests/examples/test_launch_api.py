@@ -14,7 +14,7 @@ from typing import Iterator, List
 import pytest
 
 from framework.marathon.service import FrameworkService, add_arguments
-from tests.bed.mesos import LocalCluster
+from localcluster.mesos import LocalCluster
 from tests.examples.conftest import COGNITIVE
 
 LAUNCH = COGNITIVE / "launch.py"
@@ -95,7 +95,7 @@ def test_a_refused_app_is_reported_by_path_and_nothing_is_left(api, tmp_path):
     assert "submitted /cognitive/docker/inference" in r.stdout
     assert "deleted /cognitive/docker/inference" in r.stdout        # rolled back
     err = r.stderr.splitlines()
-    assert err[0].startswith("launch.py: error: POST /v2/apps: HTTP 422: "), r.stderr
+    assert err[0].startswith("localcluster.cognitive.launch: error: POST /v2/apps: HTTP 422: "), r.stderr
     paths = {line.split(":")[0].strip() for line in err[1:]}
     assert "/constraints(1)" in paths, r.stderr
     assert listed_apps(api) == []
@@ -107,7 +107,7 @@ def test_an_unreachable_api_is_one_clear_error():
         port = s.getsockname()[1]                 # nothing listens on it once closed
     r = launch("--api", f"http://127.0.0.1:{port}", "--wait", "0")
     assert r.returncode == 2
-    assert r.stderr.startswith(f"launch.py: error: cannot reach the API at http://127.0.0.1:{port} (")
+    assert r.stderr.startswith(f"localcluster.cognitive.launch: error: cannot reach the API at http://127.0.0.1:{port} (")
     assert "is `mesos-gpu framework` (or Marathon) running there?" in r.stderr
 
 

@@ -18,14 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from examples.cognitive import image
-from examples.cognitive.glyphnet import glyphs
+from localcluster.cognitive import image
+from localcluster.cognitive.glyphnet import glyphs
 from framework.marathon.service import FrameworkService, add_arguments
 from isolator.docker_devices import LABEL as CONTAINER_LABEL
-from tests.bed import fake_nvml
-from tests.bed.mesos import Agent, Master
+from localcluster import fake_nvml
+from localcluster.mesos import Agent, Master
 from tests.examples.conftest import COGNITIVE
-from tests.bed.gpu_node import GpuNode, layout_for_driver_files
+from localcluster.gpu_node import GpuNode, layout_for_driver_files
 
 HOSTNAME = "gpu-v100"
 APPS = ["/cognitive/docker/inference", "/cognitive/docker/training",

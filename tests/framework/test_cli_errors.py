@@ -6,7 +6,7 @@ import logging
 import pytest
 
 from framework import mesos_driver
-from volumes.errors import UserError
+from common.errors import UserError
 
 
 @pytest.mark.parametrize("master", ["127.0.0.1:5050", "master", "http://master:5050/",
@@ -51,7 +51,7 @@ def test_demo_stopped_by_sigterm_shuts_everything_down(mesos_prefix):
     import sys
     import time
 
-    proc = subprocess.Popen([sys.executable, "-m", "framework.main", "demo"],
+    proc = subprocess.Popen([sys.executable, "-m", "mesos_gpu", "demo"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out = []
     try:

@@ -10,7 +10,7 @@ import sys
 def test_demo_runs_end_to_end_and_leaves_nothing(mesos_prefix):
     with open("/proc/self/mountinfo") as f:
         mounts_before = f.read().count("\n")
-    r = subprocess.run([sys.executable, "-m", "framework.main", "demo"],
+    r = subprocess.run([sys.executable, "-m", "mesos_gpu", "demo"],
                        capture_output=True, text=True, timeout=600)
     out = r.stdout
     assert r.returncode == 0, out + r.stderr[-3000:]

@@ -12,11 +12,11 @@ from framework.state_store import StateStore
 from framework.taskinfo import ExecutorSettings
 from framework.task_spec import TaskSpec
 from isolator.docker_devices import LABEL as CONTAINER_LABEL
-from tests.bed import fake_nvml
-from tests.bed.mesos import Agent, Master
+from localcluster import fake_nvml
+from localcluster.mesos import Agent, Master
 from tests.framework.e2e import (VOLUME_LABEL, container_probe, host_probe, line_value, opened,
                                  sandbox_output, wait_for)
-from tests.bed.gpu_node import GpuNode, layout_for_driver_files
+from localcluster.gpu_node import GpuNode, layout_for_driver_files
 
 HOSTNAME = "gpu-k80"
 

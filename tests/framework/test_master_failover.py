@@ -25,8 +25,8 @@ from framework.scheduler import GpuScheduler, RetryPolicy, SchedulerConfig
 from framework.state_store import StateStore
 from framework.taskinfo import ExecutorSettings
 from framework.task_spec import TaskSpec
-from tests.bed import fake_nvml
-from tests.bed.gpu_node import GpuNode
+from localcluster import fake_nvml
+from localcluster.gpu_node import GpuNode
 from tests.framework.e2e import wait_for
 
 # A durable registry, and pings that make the agent notice a silent master

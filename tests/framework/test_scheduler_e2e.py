@@ -21,11 +21,11 @@ from framework.scheduler import GpuScheduler, RetryPolicy, SchedulerConfig
 from framework.state_store import StateStore
 from framework.taskinfo import ExecutorSettings
 from framework.task_spec import TaskSpec
-from tests.bed import fake_nvml
-from tests.bed.mesos import Agent, Master
+from localcluster import fake_nvml
+from localcluster.mesos import Agent, Master
 from tests.framework.e2e import wait_for
-from tests.bed.gpu_node import GpuNode
-from volumes.errors import UserError
+from localcluster.gpu_node import GpuNode
+from common.errors import UserError
 
 P100 = fake_nvml.custom("fw-p100", [fake_nvml.FakeGpu(
     0, "GPU-00000100-0000-4a7e-9c1d-000001000000", "00000000:04:00.0", "Tesla P100-PCIE-16GB",

@@ -24,11 +24,11 @@ from framework.scheduler import GpuScheduler, RetryPolicy, SchedulerConfig
 from framework.state_store import StateStore
 from framework.taskinfo import ExecutorSettings
 from framework.task_spec import TaskSpec
-from tests.bed import fake_nvml
-from tests.bed.gpu_node import GpuNode
+from localcluster import fake_nvml
+from localcluster.gpu_node import GpuNode
 from tests.framework.e2e import wait_for
 from tests.framework.test_master_failover import wait_until
-from volumes.errors import UserError
+from common.errors import UserError
 
 MISSED_HEARTBEATS = 1.5
 HEARTBEAT_INTERVAL = 15.0                  # Mesos 1.11's, sent in SUBSCRIBED

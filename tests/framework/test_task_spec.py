@@ -3,7 +3,7 @@ import pytest
 
 from framework.constraints import ConstraintError
 from framework.task_spec import DOCKER, MESOS, TaskSpec, TaskSpecError
-from volumes.errors import UserError
+from common.errors import UserError
 
 
 def spec(**kw):

@@ -5,7 +5,7 @@ import re
 import pytest
 
 from framework import taskinfo
-from framework.executor import agent_api_path, container_id_for, kill_grace
+from framework.executor.main import agent_api_path, container_id_for, kill_grace
 from framework.mesos_driver import SchedulerDriver, master_address
 from framework.scheduler import RetryPolicy, TaskRecord, attempt_task_id
 from framework.task_spec import TaskSpec
@@ -58,7 +58,7 @@ def test_zero_amounts_are_left_out_and_socket_may_come_from_the_agent():
 def test_default_executor_command_runs_this_python():
     import sys
     assert taskinfo.default_executor_command().startswith(sys.executable)
-    assert taskinfo.default_executor_command().endswith("-m framework.main executor")
+    assert taskinfo.default_executor_command().endswith("-m mesos_gpu executor")
 
 
 def test_retry_back_off_and_attempt_ids():

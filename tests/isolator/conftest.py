@@ -13,7 +13,7 @@ import pytest
 from isolator import cgroup_host
 from isolator.client import AgentClient
 from tests.bed import cgroups as bed_cgroups
-from tests.bed import fake_nvml
+from localcluster import fake_nvml
 
 HOST = cgroup_host.detect()
 VERSION_MOUNTS = {"v1": HOST.devices_v1, "v2": HOST.unified}
@@ -63,7 +63,7 @@ class Daemon:
     def start(self, wait: bool = True) -> "Daemon":
         self.log_file = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "framework.main", "agent", *self.args],
+            [sys.executable, "-m", "mesos_gpu", "agent", *self.args],
             env=self.env, stdout=self.log_file, stderr=subprocess.STDOUT)
         if wait:
             self.wait_ready()

@@ -4,7 +4,7 @@ import pytest
 from isolator import nvml, topology
 from isolator.allocator import Allocator
 from isolator.errors import BadRequest, Conflict
-from tests.bed import fake_nvml
+from localcluster import fake_nvml
 
 
 def _allocator(nvml_layout, layout) -> Allocator:

@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from isolator import flags
-from tests.bed import driver_files, fake_nvml
+from localcluster import driver_files, fake_nvml
 
 
 def _one_line_error(r: subprocess.CompletedProcess, *names: str, after_log: bool = False) -> str:

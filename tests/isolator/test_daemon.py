@@ -8,7 +8,7 @@ import stat
 import pytest
 
 from isolator.client import AgentClient, AgentError
-from tests.bed import fake_nvml
+from localcluster import fake_nvml
 from tests.isolator.conftest import minors_of, new_prober
 
 

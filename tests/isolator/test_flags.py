@@ -96,7 +96,7 @@ def test_device_cgroup_choice_checked_against_the_host():
     ("nolib", ["--resources=cpus:4;mem:1024;gpus:0"]),
 ])
 def test_agent_flags_output(mesos_gpu_cli, layout, expected):
-    from tests.bed import fake_nvml
+    from localcluster import fake_nvml
     r = mesos_gpu_cli("agent", "flags", "--resources=cpus:4;mem:1024",
                       env=fake_nvml.layout(layout).env())
     assert r.returncode == 0, r.stderr
@@ -106,7 +106,7 @@ def test_agent_flags_output(mesos_gpu_cli, layout, expected):
 
 
 def test_agent_flags_with_selected_devices_and_errors(mesos_gpu_cli):
-    from tests.bed import fake_nvml
+    from localcluster import fake_nvml
     env = fake_nvml.layout("mixed").env()
     r = mesos_gpu_cli("agent", "flags", "--nvidia_gpu_devices=2", "--resources=gpus:1", env=env)
     assert r.stdout.splitlines()[1].startswith("--attributes=gpu_type:tesla_v100;"

@@ -2,7 +2,7 @@
 the real NVIDIA 535 files of the test bed) and hands it out with prepare."""
 import os
 
-from tests.bed import driver_files, fake_nvml
+from localcluster import driver_files, fake_nvml
 
 
 def _layout() -> fake_nvml.Layout:

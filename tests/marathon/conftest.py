@@ -12,7 +12,7 @@ from typing import Callable, Iterator, List
 import pytest
 
 from framework.marathon.service import FrameworkService, add_arguments
-from tests.bed.mesos import LocalCluster
+from localcluster.mesos import LocalCluster
 from tests.marathon.http_client import Client
 
 GPU_AGENT = dict(resources="cpus:8;mem:8192;disk:4096;gpus:4", attributes="gpu_type:tesla_k80")

@@ -3,7 +3,7 @@ one line naming the flag (exit 2), nothing created for a refused start."""
 import sys
 import subprocess
 
-MESOS_GPU = [sys.executable, "-m", "framework.main"]
+MESOS_GPU = [sys.executable, "-m", "mesos_gpu"]
 
 
 def run(*args: str) -> subprocess.CompletedProcess:

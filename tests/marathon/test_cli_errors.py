@@ -58,7 +58,7 @@ def test_busy_port_names_the_flags_and_leaves_no_state_dir(mesos_gpu_cli, tmp_pa
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_stops_cleanly_while_the_master_is_unreachable(tmp_path, sig):
     """Port 1 refuses: pymesos retries and logs each try, once, on one line."""
-    proc = subprocess.Popen([sys.executable, "-m", "framework.main", "framework",
+    proc = subprocess.Popen([sys.executable, "-m", "mesos_gpu", "framework",
                              "--master", "127.0.0.1:1", "--http_port", "0",
                              "--state_dir", str(tmp_path / "state")],
                             stderr=subprocess.PIPE, text=True)
@@ -82,7 +82,7 @@ def test_stops_cleanly_while_the_master_is_unreachable(tmp_path, sig):
 def test_second_framework_on_the_same_state_dir_is_refused(mesos_gpu_cli, tmp_path):
     """Both would subscribe as the same framework and take it from each other."""
     state = tmp_path / "state"
-    first = subprocess.Popen([sys.executable, "-m", "framework.main", "framework",
+    first = subprocess.Popen([sys.executable, "-m", "mesos_gpu", "framework",
                               "--master", "127.0.0.1:1", "--http_port", "0",
                               "--state_dir", str(state)], stderr=subprocess.PIPE, text=True)
     try:

@@ -11,9 +11,9 @@ replace them (config change, kill, restart) while every GPU is taken, scale to
 import pytest
 
 from framework.marathon.service import FrameworkService
-from tests.bed import fake_nvml
-from tests.bed.mesos import Agent, Master
-from tests.bed.gpu_node import GpuNode, layout_for_driver_files
+from localcluster import fake_nvml
+from localcluster.mesos import Agent, Master
+from localcluster.gpu_node import GpuNode, layout_for_driver_files
 from tests.marathon.conftest import client_of, framework_args, wait_for
 
 HOSTNAME = "marathon-k80"

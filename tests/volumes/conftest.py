@@ -7,7 +7,7 @@ from typing import Callable, Iterator, Optional, Sequence
 
 import pytest
 
-from tests.bed import driver_files, processes
+from localcluster import driver_files, processes
 
 
 @pytest.fixture(scope="session")

@@ -14,10 +14,10 @@ from typing import Iterator
 
 import pytest
 
-from tests.bed.driver_files import DRIVER_VERSION
-from tests.bed.paths import REPO
+from localcluster.driver_files import DRIVER_VERSION
+from tests.bed import REPO
 from volumes import builder, ldcache, mounts, rootpath
-from volumes.errors import UserError
+from common.errors import UserError
 
 V = DRIVER_VERSION
 NV = "usr/lib/x86_64-linux-gnu/nvidia/current"
@@ -226,7 +226,7 @@ def test_missing_ld_cache_writes_nothing(tree_copy, tmp_path):
 
 def test_escaping_symlink_writes_nothing(tree_copy, tmp_path):
     root = tree_copy()
-    alt = root / "etc" / "alternatives" / f"nvidia--libcuda.so.1-x86_64-linux-gnu"
+    alt = root / "etc" / "alternatives" / "nvidia--libcuda.so.1-x86_64-linux-gnu"
     alt.unlink()
     alt.symlink_to("../../../../../../../../etc/shadow")
     with pytest.raises(rootpath.EscapeError, match="outside the driver root"):

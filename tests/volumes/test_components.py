@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.bed.driver_files import DRIVER_VERSION
+from localcluster.driver_files import DRIVER_VERSION
 from tests.volumes.conftest import compile_library, ldconfig
 from volumes import components, ldcache, rootpath
-from volumes.errors import UserError
+from common.errors import UserError
 
 V = DRIVER_VERSION
 

@@ -3,7 +3,7 @@ environment, and image inspection through the real Docker engine."""
 import pytest
 
 from volumes import environment, image_rules
-from volumes.errors import UserError
+from common.errors import UserError
 
 LABEL = {"com.nvidia.volumes.needed": "nvidia_driver"}
 

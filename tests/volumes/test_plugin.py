@@ -14,9 +14,9 @@ from pathlib import Path
 import docker
 import pytest
 
-from tests.bed.driver_files import DRIVER_VERSION
+from localcluster.driver_files import DRIVER_VERSION
 from volumes import builder, environment, image_rules, mounts, plugin
-from volumes.errors import UserError
+from common.errors import UserError
 
 V = DRIVER_VERSION
 VOLUME = f"nvidia_driver_{V}"
@@ -50,7 +50,7 @@ def call(sock: Path, endpoint: str, body=None, accept="application/vnd.docker.pl
 def served(tmp_path_factory):
     """The plugin on /run/docker/plugins/<unique name>.sock (the only place the
     engine looks), serving volumes built from the real 535 tree."""
-    from tests.bed import driver_files
+    from localcluster import driver_files
     volume_root = tmp_path_factory.mktemp("plugin") / "volumes"
     name = f"nvidia-docker-test-{secrets.token_hex(4)}"
     p = plugin.VolumePlugin(V, driver_files.build(), volume_root)

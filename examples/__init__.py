@@ -1,1 +1,0 @@
-"""Examples a user can copy; each folder is self-contained."""

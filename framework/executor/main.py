@@ -1,0 +1,396 @@
+"""`mesos-gpu executor`: the executor the agent starts for each of our tasks.
+
+For each task (its TaskSpec is in TaskInfo.data, see framework.taskinfo):
+
+1. TASK_STARTING;
+2. checks that cannot wait: the Docker engine is there (DOCKER, or MESOS with
+   an image), the image is in it, its CUDA label is not newer than the driver;
+3. asks the agent daemon (MESOS_GPU_AGENT_SOCKET) to prepare the container
+   with its GPUs (a task without GPUs on an agent without the daemon runs
+   without it);
+4. creates the container (docker_task / unified_task), has the daemon isolate
+   it (the Docker id, or the child's pid before it runs anything), starts it;
+5. TASK_RUNNING (labels: granted GPU UUIDs, container id), follows it to its
+   end;
+6. always cleans up (container removed, GPUs returned to the daemon) and only
+   then sends TASK_FINISHED, TASK_FAILED with the exit code, or TASK_KILLED:
+   Mesos offers the GPUs again once that update is acknowledged.
+
+A failure before the start is TASK_FAILED with the reason, labelled
+`mesos-gpu.retry=false` when retrying cannot help. The executor exits once
+its tasks are done and their updates acknowledged.
+
+The agent's executor API path comes from MESOS_SLAVE_PID: in a `local`
+cluster the master is the HTTP delegate and the agent answers at
+`/slave(1)/api/v1/executor` only (MESOS_EXECUTOR_API_PATH overrides).
+"""
+import argparse
+import hashlib
+import logging
+import os
+import re
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional, Union
+
+from pymesos import Executor, MesosExecutorDriver, decode_data, encode_data
+
+import framework.mesos_driver  # noqa: F401  (no interrupt_main from pymesos' IO thread)
+from framework import taskinfo
+from framework.executor.docker_container import DockerTask, check_cuda, docker_client, inspect
+from framework.executor.launch_errors import TaskFailure
+from framework.task_spec import DOCKER, TaskSpec
+from framework.executor.mesos_container import HostTask, RuncTask, become_subreaper
+from isolator.client import AgentClient, AgentError
+from volumes.environment import DEFAULT_PATH
+from common.errors import UserError
+
+log = logging.getLogger("mesos-gpu.executor")
+
+KILL_GRACE_SECONDS = 3.0
+ACK_WAIT_SECONDS = 10.0
+# Kill grace on SHUTDOWN when the agent does not say its own grace period.
+SHUTDOWN_KILL_GRACE_SECONDS = 2.0
+ContainerRun = Union[DockerTask, HostTask, RuncTask]
+
+
+def agent_api_path(env: Mapping[str, str] = os.environ) -> str:
+    if env.get("MESOS_EXECUTOR_API_PATH"):
+        return env["MESOS_EXECUTOR_API_PATH"]
+    pid = env.get("MESOS_SLAVE_PID", "")
+    if "@" in pid:
+        return f"/{pid.split('@', 1)[0]}/api/v1/executor"
+    return "/api/v1/executor"
+
+
+class AgentPathExecutorDriver(MesosExecutorDriver):
+    """pymesos' executor driver posting to the agent's own API path."""
+
+    def __init__(self, executor: Executor, path: str) -> None:
+        super().__init__(executor)
+        self.path = path
+
+    def gen_request(self) -> bytes:
+        return super().gen_request().replace(b"POST /api/v1/executor ",
+                                             f"POST {self.path} ".encode(), 1)
+
+    def _send(self, body: Any, path: Optional[str] = None, method: str = "POST",
+              headers: Optional[dict] = None) -> Any:
+        return super()._send(body, path or self.path, method, headers or {})
+
+    def sendStatusUpdate(self, status: dict) -> None:
+        """Keep each update until the agent acknowledges it (pymesos does not):
+        they are re-sent on re-subscription and the executor waits for them
+        before it exits."""
+        status.setdefault("uuid", encode_data(uuid.uuid4().bytes))
+        status.setdefault("source", "SOURCE_EXECUTOR")
+        self.updates[uuid.UUID(bytes=decode_data(status["uuid"]))] = {"status": status}
+        super().sendStatusUpdate(status)
+
+
+def container_id_for(task_id: str, framework_id: str, executor_id: str) -> str:
+    """The daemon's container id: readable, unique per launch, 1-128 of [A-Za-z0-9_.-]."""
+    digest = hashlib.sha256(f"{framework_id}/{executor_id}".encode()).hexdigest()[:10]
+    readable = re.sub(r"[^A-Za-z0-9_.-]", "_", task_id)[:100]
+    return f"mesos-gpu-{readable}-{digest}"
+
+
+def kill_grace(task: Mapping[str, Any]) -> float:
+    policy = (task.get("kill_policy") or {}).get("grace_period") or {}
+    if "nanoseconds" in policy:
+        return int(policy["nanoseconds"]) / 1e9
+    return KILL_GRACE_SECONDS
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a task ended: its terminal status update."""
+    state: str
+    message: str
+    reason: Optional[str] = None
+    labels: Optional[Mapping[str, str]] = None
+
+
+class TaskRun:
+    """One task, from prepare to cleanup, on its own thread."""
+
+    def __init__(self, executor: "GpuExecutor", driver: MesosExecutorDriver, task: dict) -> None:
+        self.executor = executor
+        self.driver = driver
+        self.task = task
+        self.task_id = task["task_id"]["value"]
+        self.container_id = container_id_for(self.task_id, os.environ.get("MESOS_FRAMEWORK_ID", ""),
+                                             os.environ.get("MESOS_EXECUTOR_ID", self.task_id))
+        self.grace = kill_grace(task)
+        self.killed = threading.Event()
+        self.done = threading.Event()
+        self.container: Optional[ContainerRun] = None
+        self.prepared = False
+        self._lock = threading.Lock()
+
+    # -- status updates -------------------------------------------------------------------
+
+    def send(self, state: str, message: str = "", reason: Optional[str] = None,
+             labels: Optional[Mapping[str, str]] = None) -> None:
+        status: dict[str, Any] = {"task_id": {"value": self.task_id}, "state": state,
+                                  "timestamp": time.time()}
+        if message:
+            status["message"] = message
+        if reason:
+            status["reason"] = reason
+        if labels:
+            status["labels"] = taskinfo.labels(labels)
+        log.info("task %s: %s %s", self.task_id, state, message)
+        self.driver.sendStatusUpdate(status)
+
+    # -- the run ---------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """The task from start to end. Its terminal update goes out only after
+        its container is gone and its GPUs are back with the daemon: Mesos
+        offers the GPUs again as soon as the update is acknowledged."""
+        try:
+            outcome = self._run()
+        except Exception as e:  # never leave a task without a terminal update
+            log.exception("task %s: unexpected executor error", self.task_id)
+            outcome = Outcome("TASK_FAILED", f"executor error: {e}", "REASON_EXECUTOR_TERMINATED")
+        try:
+            self._clean_up()
+        finally:
+            self.send(outcome.state, outcome.message, outcome.reason, outcome.labels)
+            self._discard_files()
+            self.done.set()
+            self.executor.task_done(self)
+
+    def _run(self) -> "Outcome":
+        self.send("TASK_STARTING", f"preparing on {self.executor.agent_name}")
+        try:
+            spec = taskinfo.decode_spec(self.task.get("data", ""))
+        except (UserError, ValueError, KeyError, TypeError) as e:
+            return Outcome("TASK_FAILED", f"the task description in TaskInfo.data is unreadable: "
+                           f"{e}", "REASON_TASK_INVALID", {taskinfo.RETRY_LABEL: "false"})
+        try:
+            grant = self._create(spec)
+            if self.killed.is_set():
+                return Outcome("TASK_KILLED", "killed before it started")
+            self.container.start()
+        except TaskFailure as e:
+            return Outcome("TASK_FAILED", str(e), e.reason,
+                           {taskinfo.RETRY_LABEL: "true" if e.retry else "false"})
+        uuids = ",".join(g["uuid"] for g in grant.get("gpus", []))
+        self.send("TASK_RUNNING", f"running as {self.container.describe()}",
+                  labels={taskinfo.GPUS_LABEL: uuids,
+                          taskinfo.CONTAINER_LABEL: self.container_id})
+        code = self.container.wait()
+        if self.killed.is_set():
+            return Outcome("TASK_KILLED", f"killed (exit code {code})")
+        if code == 0:
+            return Outcome("TASK_FINISHED", "exit code 0")
+        return Outcome("TASK_FAILED", f"the command exited with code {code}",
+                       "REASON_COMMAND_EXECUTOR_FAILED")
+
+    def _create(self, spec: TaskSpec) -> dict:
+        """Checks, prepare, create, isolate: everything before the start."""
+        agent = self.executor.agent_name
+        client = image = None
+        if spec.container == DOCKER or spec.image:
+            client = docker_client(self.executor.docker_host, agent)
+            image = inspect(client, spec.image, agent)
+            if image.cuda_version is not None:
+                check_cuda(self._driver_cuda(spec), image)
+        grant = self._prepare(spec)
+        extra = {"MESOS_TASK_ID": self.task_id}
+        with self._lock:
+            if spec.container == DOCKER:
+                self.container = DockerTask(spec, self.container_id, client, image, grant, extra)
+            elif spec.image:
+                self.container = RuncTask(spec, self.container_id, client, image, grant, extra,
+                                          self.executor.sandbox)
+            else:
+                self.container = HostTask(spec, self.container_id, grant, extra,
+                                          self.executor.sandbox)
+        created = self.container.create()
+        if self.prepared:
+            self._isolate(spec, created)
+        return grant
+
+    def _driver_cuda(self, spec: TaskSpec) -> Optional[str]:
+        try:
+            return (self.executor.agent.info().get("inventory") or {}).get("cuda_driver_version")
+        except AgentError as e:
+            raise TaskFailure(f"image {spec.image} names a CUDA version and the agent daemon "
+                              f"cannot say the driver's: {e}", retry=True) from None
+
+    def _prepare(self, spec: TaskSpec) -> dict:
+        kind = "docker" if spec.container == DOCKER else "cgroup"
+        try:
+            grant = self.executor.agent.prepare(self.container_id, spec.gpus, kind)
+        except AgentError as e:
+            if spec.gpus == 0 and e.status == 503:
+                log.info("no agent daemon at %s: running a task without GPUs unisolated",
+                         self.executor.agent.socket_path)
+                return {}
+            retry = e.status in (409, 503)
+            raise TaskFailure(f"the agent daemon could not give {spec.gpus} GPU(s): {e}",
+                              retry=retry) from None
+        self.prepared = True
+        log.info("task %s: container %s holds GPUs %s", self.task_id, self.container_id,
+                 [g.get("index", g.get("minor")) for g in grant.get("gpus", [])])
+        return grant
+
+    def _isolate(self, spec: TaskSpec, created: Union[str, int]) -> None:
+        try:
+            if spec.container == DOCKER:
+                self.executor.agent.isolate(self.container_id, docker_id=created)
+            else:
+                self.executor.agent.isolate(self.container_id, pid=created)
+        except AgentError as e:
+            raise TaskFailure(f"the agent daemon could not isolate the container: {e}",
+                              retry=True) from None
+
+    # -- kill and cleanup ------------------------------------------------------------------
+
+    def kill(self) -> None:
+        self.killed.set()
+        with self._lock:
+            container = self.container
+        if container is not None:
+            threading.Thread(target=container.kill, args=(self.grace,), daemon=True).start()
+
+    def _discard_files(self) -> None:
+        """What may take a while (a runc bundle's root filesystem), after the update."""
+        with self._lock:
+            container = self.container
+        if container is not None:
+            try:
+                container.discard_files()
+            except Exception:
+                log.exception("task %s: removing its files failed", self.task_id)
+
+    def _clean_up(self) -> None:
+        with self._lock:
+            container = self.container
+        if container is not None:
+            try:
+                container.remove()
+            except Exception:
+                log.exception("task %s: removing its container failed", self.task_id)
+        if self.prepared:
+            try:
+                self.executor.agent.cleanup(self.container_id)
+                log.info("task %s: GPUs of %s returned", self.task_id, self.container_id)
+            except AgentError as e:
+                if e.status != 404:
+                    log.error("task %s: cleanup of %s failed: %s", self.task_id,
+                              self.container_id, e)
+
+
+class GpuExecutor(Executor):
+    """pymesos callbacks; one TaskRun per task."""
+
+    def __init__(self, agent_socket: str, docker_host: Optional[str], sandbox: str) -> None:
+        self.agent = AgentClient(agent_socket)
+        self.docker_host = docker_host
+        self.sandbox = sandbox
+        self.agent_name = os.environ.get("MESOS_AGENT_ENDPOINT", "this agent")
+        self.runs: dict[str, TaskRun] = {}
+        self.lock = threading.Lock()
+        self.all_done = threading.Event()
+
+    def registered(self, driver, executor_info, framework_info, agent_info) -> None:
+        self.agent_name = agent_info.get("hostname", self.agent_name)
+        log.info("registered with agent %s", self.agent_name)
+
+    def reregistered(self, driver, agent_info) -> None:
+        log.info("re-registered with agent %s", agent_info.get("hostname"))
+
+    def disconnected(self, driver) -> None:
+        log.warning("disconnected from the agent")
+
+    def launchTask(self, driver, task) -> None:
+        run = TaskRun(self, driver, task)
+        with self.lock:
+            if run.task_id in self.runs:
+                log.warning("task %s launched twice; ignoring the second", run.task_id)
+                return
+            self.runs[run.task_id] = run
+            self.all_done.clear()
+        threading.Thread(target=run.run, name=f"task-{run.task_id}", daemon=True).start()
+
+    def launchTaskGroup(self, driver, executor_info, task_group) -> None:
+        for task in task_group.get("tasks", []):
+            self.launchTask(driver, task)
+
+    def killTask(self, driver, task_id) -> None:
+        with self.lock:
+            run = self.runs.get(task_id["value"])
+        if run is None:
+            driver.sendStatusUpdate({"task_id": task_id, "state": "TASK_KILLED",
+                                     "message": "no such task on this executor",
+                                     "timestamp": time.time()})
+            return
+        log.info("killing task %s", run.task_id)
+        run.kill()
+
+    def frameworkMessage(self, driver, message) -> None:
+        pass
+
+    def shutdown(self, driver) -> None:
+        """Kill every task quickly: the agent SIGKILLs this executor once its
+        shutdown grace period is over, and the cleanup must be done by then."""
+        period = getattr(driver, "grace_shutdown_period", 0.0) or 0.0
+        grace = max(0.5, period / 3) if period else SHUTDOWN_KILL_GRACE_SECONDS
+        log.info("shutdown: killing every task (grace %.1fs of the agent's %.1fs)", grace, period)
+        with self.lock:
+            runs = list(self.runs.values())
+        for run in runs:
+            run.grace = min(run.grace, grace)
+            run.kill()
+        for run in runs:
+            run.done.wait(max(period, grace) + 10)
+
+    def error(self, driver, message) -> None:
+        log.error("executor error: %s", message)
+
+    def task_done(self, run: TaskRun) -> None:
+        with self.lock:
+            if all(r.done.is_set() for r in self.runs.values()):
+                self.all_done.set()
+
+
+def wait_acknowledged(driver: MesosExecutorDriver, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while driver.updates and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of `mesos-gpu executor` (started by the Mesos agent)."""
+    missing = [name for name in ("MESOS_AGENT_ENDPOINT", "MESOS_FRAMEWORK_ID",
+                                 "MESOS_EXECUTOR_ID") if not os.environ.get(name)]
+    if missing:
+        raise UserError(f"the executor is started by the Mesos agent ({', '.join(missing)} "
+                        f"not set)")
+    become_subreaper()
+    # An agent with --executor_environment_variables passes only those: no PATH.
+    os.environ.setdefault("PATH", DEFAULT_PATH)
+    agent_socket = args.agent_socket or os.environ.get(taskinfo.AGENT_SOCKET_ENV,
+                                                       taskinfo.DEFAULT_AGENT_SOCKET)
+    sandbox = os.environ.get("MESOS_SANDBOX") or os.environ.get("MESOS_DIRECTORY") or os.getcwd()
+    executor = GpuExecutor(agent_socket, os.environ.get("DOCKER_HOST"), sandbox)
+    path = agent_api_path()
+    log.info("executor %s starting: agent %s (API %s), agent daemon %s, sandbox %s",
+             os.environ.get("MESOS_EXECUTOR_ID"), os.environ["MESOS_AGENT_ENDPOINT"], path,
+             agent_socket, sandbox)
+    driver = AgentPathExecutorDriver(executor, path)
+    driver.start()
+    # Ends when every task is done (the first one arrives right after SUBSCRIBE).
+    while not (executor.all_done.wait(1.0) and executor.runs) and not driver.aborted:
+        pass
+    wait_acknowledged(driver, ACK_WAIT_SECONDS)
+    driver.stop()
+    driver.join()
+    log.info("executor done")
+    return 0

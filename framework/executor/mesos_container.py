@@ -1,0 +1,343 @@
+"""A MESOS (unified containerizer) task: a child process in its own cgroup.
+
+The agent daemon makes the cgroup and applies the device rules (`isolate` with
+the child's pid). The child must not run the task's command before that, so
+each kind of child waits until the executor says it has been placed:
+
+- HostTask (no image): `unshare --mount` + a small shell that blocks on a pipe,
+  then, in its private mount namespace, bind-mounts the driver volume
+  read-only at /usr/local/nvidia (when the rules say so) and execs the command
+  on the host's filesystem;
+- RuncTask (a Docker image): the image's root filesystem is exported from the
+  local Docker engine into an OCI bundle and run by `runc` (Debian's docker.io
+  ships it). `runc create` leaves the container's init blocked until
+  `runc start`; the init's pid is isolated in between. The bundle lists the
+  granted device nodes; devices the task makes itself stay denied by the
+  cgroup. The executor is the init's subreaper, so it gets the exit status.
+"""
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+import docker
+import docker.errors
+
+from framework.executor.launch_errors import TaskFailure
+from framework.executor.task_process import command_of, driver_volume, task_environment
+from framework.task_spec import TaskSpec
+from volumes import environment
+from volumes.image_rules import ImageInfo, needs_volume
+
+log = logging.getLogger(__name__)
+
+# Runs as the child: wait for the go-ahead on stdin (a pipe), mount the
+# volume, exec the command with stdin from /dev/null.
+_HOST_LAUNCHER = r"""
+read -r go || exit 125
+exec </dev/null
+if [ -n "$1" ]; then
+  mount --bind -o ro,nosuid,nodev "$1" /usr/local/nvidia || exit 126
+fi
+shift
+exec "$@"
+"""
+EXIT_NOT_PLACED = 125
+DOCKER_CAPABILITIES = ["CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD",
+                       "CAP_NET_RAW", "CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP",
+                       "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE"]
+MASKED_PATHS = ["/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+                "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware",
+                "/proc/scsi"]
+READONLY_PATHS = ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"]
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> None:
+    """Orphaned descendants (a runc container's init) become our children."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        log.warning("prctl(PR_SET_CHILD_SUBREAPER): errno %d", ctypes.get_errno())
+
+
+def _kill_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+class HostTask:
+    """The command on the host's filesystem, in a private mount namespace."""
+
+    def __init__(self, spec: TaskSpec, container_id: str, grant: Mapping[str, Any],
+                 extra_env: Mapping[str, str], sandbox: str) -> None:
+        self.spec = spec
+        self.container_id = container_id
+        self.grant = grant
+        self.sandbox = sandbox
+        self.volume_path = driver_volume(grant, needs_volume(spec.labels, spec.env))
+        base = {"PATH": environment.DEFAULT_PATH, "HOME": "/root", "MESOS_SANDBOX": sandbox}
+        self.env = task_environment(spec, base, grant, bool(self.volume_path), extra_env)
+        self.process: Optional[subprocess.Popen] = None
+        self._go: Optional[int] = None
+
+    def describe(self) -> str:
+        if not self.grant:
+            return "host process (no agent daemon on this agent: not isolated)"
+        volume = f", driver volume {self.volume_path}" if self.volume_path else ""
+        return f"host process (cgroup {self.container_id}{volume})"
+
+    def create(self) -> int:
+        """Start the child, blocked before the command; returns its pid."""
+        argv = command_of(self.spec)
+        if not argv:
+            raise TaskFailure(f"task {self.spec.id}: nothing to run (no cmd, no args)")
+        if self.volume_path:
+            os.makedirs(environment.MOUNT_POINT, exist_ok=True)  # the mount point, empty
+        read_end, self._go = os.pipe()
+        try:
+            self.process = subprocess.Popen(
+                ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c",
+                 _HOST_LAUNCHER, "mesos-gpu-launch", self.volume_path or "", *argv],
+                env=self.env, cwd=self.sandbox, stdin=read_end, start_new_session=True)
+        except OSError as e:
+            os.close(self._go)
+            self._go = None
+            raise TaskFailure(f"cannot start the task's process: {e}") from None
+        finally:
+            os.close(read_end)
+        return self.process.pid
+
+    def start(self) -> None:
+        os.write(self._go, b"go\n")
+        os.close(self._go)
+        self._go = None
+
+    def wait(self) -> int:
+        code = self.process.wait()
+        if code == EXIT_NOT_PLACED:
+            log.error("the task's process ended before it was placed in its cgroup")
+        return code if code >= 0 else 128 - code
+
+    def kill(self, grace: float) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        _kill_group(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            _kill_group(self.process.pid, signal.SIGKILL)
+
+    def remove(self) -> None:
+        if self._go is not None:  # never started: closing the pipe makes it exit
+            os.close(self._go)
+            self._go = None
+        if self.process is not None and self.process.poll() is None:
+            _kill_group(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+    def discard_files(self) -> None:
+        """Nothing on disk."""
+
+
+class RuncTask:
+    """The image's root filesystem run by runc, with only the granted devices."""
+
+    def __init__(self, spec: TaskSpec, container_id: str, client: docker.DockerClient,
+                 image: ImageInfo, grant: Mapping[str, Any], extra_env: Mapping[str, str],
+                 workdir: str, runc: str = "runc") -> None:
+        self.spec = spec
+        self.container_id = container_id
+        self.client = client
+        self.image = image
+        self.grant = grant
+        self.extra_env = extra_env
+        self.runc = shutil.which(runc) or runc
+        self.workdir = workdir  # the sandbox: Mesos reclaims it even if we die
+        self.volume_path = driver_volume(grant, image.needs_volume)
+        self.bundle: Optional[Path] = None
+        self.pid: Optional[int] = None
+
+    def describe(self) -> str:
+        volume = f", driver volume {self.volume_path}" if self.volume_path else ""
+        return f"runc container {self.container_id} from {self.spec.image}{volume}"
+
+    def _runc(self, *args: str, **kwargs: Any) -> subprocess.CompletedProcess:
+        return subprocess.run([self.runc, "--root", str(self.bundle / "state"),
+                               "--log", str(self.bundle / "runc.log"), "--log-format", "json",
+                               *args], stdin=subprocess.DEVNULL, **kwargs)
+
+    def _runc_error(self) -> str:
+        """The last error runc logged."""
+        try:
+            lines = (self.bundle / "runc.log").read_text().strip().splitlines()
+        except OSError:
+            return "no log"
+        for line in reversed(lines):
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if entry.get("level") in ("error", "fatal"):
+                return entry.get("msg", line)
+        return lines[-1] if lines else "no log"
+
+    def create(self) -> int:
+        if not shutil.which(self.runc):
+            raise TaskFailure("this agent cannot run MESOS containers with an image: "
+                              "runc is not installed")
+        self.bundle = Path(tempfile.mkdtemp(prefix="runc-bundle-", dir=self.workdir))
+        config = self._image_config()
+        self._export_rootfs()
+        (self.bundle / "config.json").write_text(json.dumps(self._oci_config(config), indent=1))
+        pid_file = self.bundle / "init.pid"
+        # The container's init inherits runc's stdio: the executor's own (the
+        # sandbox files), never a pipe we would wait on. Errors go to runc's log.
+        result = self._runc("create", "--bundle", str(self.bundle), "--pid-file", str(pid_file),
+                            self.container_id)
+        if result.returncode != 0:
+            raise TaskFailure(f"runc could not create the container: {self._runc_error()}")
+        self.pid = int(pid_file.read_text())
+        return self.pid
+
+    def _image_config(self) -> dict:
+        try:
+            return self.client.api.inspect_image(self.image.id or self.spec.image)["Config"] or {}
+        except docker.errors.DockerException as e:
+            raise TaskFailure(f"image {self.spec.image}: cannot read its configuration: {e}") \
+                from None
+
+    def _export_rootfs(self) -> None:
+        """`docker create` + `docker export`, unpacked with tar (ownership kept)."""
+        rootfs = self.bundle / "rootfs"
+        rootfs.mkdir()
+        try:
+            holder = self.client.containers.create(self.image.id or self.spec.image,
+                                                   ["/bin/true"], labels={
+                                                       "mesos-gpu.export-for": self.container_id})
+        except docker.errors.DockerException as e:
+            raise TaskFailure(f"image {self.spec.image}: cannot export its filesystem: {e}") \
+                from None
+        try:
+            tar = subprocess.Popen(["tar", "-x", "--numeric-owner", "-C", str(rootfs)],
+                                   stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+            for chunk in holder.export():
+                tar.stdin.write(chunk)
+            tar.stdin.close()
+            if tar.wait() != 0:
+                raise TaskFailure(f"image {self.spec.image}: unpacking its filesystem failed: "
+                                  f"{tar.stderr.read().decode(errors='replace').strip()}")
+        finally:
+            holder.remove(force=True)
+
+    def _process_args(self, config: Mapping[str, Any]) -> list[str]:
+        entrypoint = list(config.get("Entrypoint") or [])
+        if self.spec.cmd is not None:
+            return ["/bin/sh", "-c", self.spec.cmd]
+        args = entrypoint + (list(self.spec.args) or list(config.get("Cmd") or []))
+        if not args:
+            raise TaskFailure(f"image {self.spec.image} has no command and the task gives none")
+        return args
+
+    def _oci_config(self, config: Mapping[str, Any]) -> dict:
+        image_env = dict(item.split("=", 1) for item in config.get("Env") or [] if "=" in item)
+        base = {"PATH": environment.DEFAULT_PATH, "HOME": "/root", **image_env}
+        env = task_environment(self.spec, base, self.grant, bool(self.volume_path),
+                               self.extra_env)
+        mounts = [
+            {"destination": "/proc", "type": "proc", "source": "proc"},
+            {"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
+             "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]},
+            {"destination": "/dev/pts", "type": "devpts", "source": "devpts",
+             "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"]},
+            {"destination": "/dev/shm", "type": "tmpfs", "source": "shm",
+             "options": ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"]},
+            {"destination": "/sys", "type": "sysfs", "source": "sysfs",
+             "options": ["nosuid", "noexec", "nodev", "ro"]},
+        ]
+        if self.volume_path:
+            mounts.append({"destination": environment.MOUNT_POINT, "type": "bind",
+                           "source": self.volume_path, "options": ["rbind", "ro", "nosuid", "nodev"]})
+        devices = [{"path": "/dev/" + os.path.basename(d["path"]), "type": "c",
+                    "major": d["major"], "minor": d["minor"], "fileMode": 0o666, "uid": 0, "gid": 0}
+                   for d in self.grant.get("devices", [])]
+        rules = [{"allow": False, "access": "rwm"}] + [
+            {"allow": True, "type": "c", "major": d["major"], "minor": d["minor"], "access": "rwm"}
+            for d in self.grant.get("devices", [])]
+        resources: dict[str, Any] = {"devices": rules}
+        if self.spec.mem > 0:
+            resources["memory"] = {"limit": int(self.spec.mem * 1024 * 1024)}
+        if self.spec.cpus > 0:
+            resources["cpu"] = {"shares": max(2, int(self.spec.cpus * 1024))}
+        return {
+            "ociVersion": "1.0.2",
+            "process": {"terminal": False, "user": {"uid": 0, "gid": 0},
+                        "args": self._process_args(config),
+                        "env": [f"{k}={v}" for k, v in env.items()],
+                        "cwd": config.get("WorkingDir") or "/",
+                        "capabilities": {name: DOCKER_CAPABILITIES for name in
+                                         ("bounding", "effective", "permitted")},
+                        "noNewPrivileges": True},
+            "root": {"path": "rootfs", "readonly": False},
+            "hostname": self.container_id[:63],
+            "mounts": mounts,
+            "linux": {"namespaces": [{"type": t} for t in ("pid", "ipc", "uts", "mount")],
+                      "devices": devices, "resources": resources,
+                      "cgroupsPath": f"/{self.container_id}",
+                      "maskedPaths": MASKED_PATHS, "readonlyPaths": READONLY_PATHS},
+        }
+
+    def start(self) -> None:
+        result = self._runc("start", self.container_id)
+        if result.returncode != 0:
+            raise TaskFailure(f"runc could not start the container: {self._runc_error()}")
+
+    def wait(self) -> int:
+        try:
+            _, status = os.waitpid(self.pid, 0)
+            code = os.waitstatus_to_exitcode(status)
+            return code if code >= 0 else 128 - code
+        except ChildProcessError:  # not our child after all (no subreaper): poll runc
+            while self._state() not in ("stopped", None):
+                time.sleep(0.2)
+            return 255
+
+    def _state(self) -> Optional[str]:
+        result = self._runc("state", self.container_id, capture_output=True, text=True)
+        if result.returncode != 0:
+            return None
+        return json.loads(result.stdout).get("status")
+
+    def kill(self, grace: float) -> None:
+        """TERM, then KILL to the container's init (the whole pid namespace goes
+        with it). Not `runc kill --all`: runc finds "all" through its devices
+        cgroup, which the agent daemon has moved the init out of."""
+        if self.bundle is None or self._state() in ("stopped", None):
+            return
+        log.info("stopping runc container %s (TERM, KILL after %.1fs)", self.container_id, grace)
+        self._runc("kill", self.container_id, "TERM", capture_output=True)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and self._state() not in ("stopped", None):
+            time.sleep(0.1)
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def remove(self) -> None:
+        """The container and its cgroups (fast; the files go in discard_files)."""
+        if self.bundle is not None:
+            self._runc("delete", "--force", self.container_id, capture_output=True)
+
+    def discard_files(self) -> None:
+        if self.bundle is not None:
+            shutil.rmtree(self.bundle, ignore_errors=True)
+            self.bundle = None

@@ -1,0 +1,229 @@
+"""Try mesos-gpu on this machine, end to end, and leave nothing behind.
+
+Brings up the embedded default: a private Docker engine, the agent daemon (real
+GPUs when the host has an NVIDIA driver; otherwise GPUs simulated through a fake
+NVML library over the real NVIDIA 535 driver files, said plainly), a local Mesos
+1.11 master and agent advertising what `mesos-gpu agent flags` prints, and the
+framework with its Marathon API. Then submits the example cognitive workload
+through that HTTP API (an inference service in a Docker container and a training
+job in a unified Mesos container, one GPU each), shows the tasks on their GPUs
+with a live progress line, shows which device nodes a task can open, deletes the
+apps, and shuts everything down cleanly.
+"""
+import argparse
+import json
+import logging
+import os
+import signal
+import time
+from contextlib import ExitStack, contextmanager
+from typing import Iterator, List, Optional
+
+from isolator import nvml
+from isolator.gpu import Inventory
+from common.errors import UserError
+
+log = logging.getLogger("mesos-gpu.demo")
+STEPS = 8
+WAIT_RUNNING = 240.0
+WAIT_FREED = 60.0
+# Inside the task's container: which /dev/nvidia* nodes open, and what a node for
+# a GPU it was not granted (made there with mknod) gives.
+PROBE = r"""
+import errno, glob, json, os
+out = []
+def probe(path, made=False):
+    st = os.stat(path)
+    try:
+        os.close(os.open(path, os.O_RDWR)); result = "opened"
+    except OSError as e:
+        result = errno.errorcode.get(e.errno, str(e.errno))
+    out.append([path, os.major(st.st_rdev), os.minor(st.st_rdev), result, made])
+for p in sorted(glob.glob("/dev/nvidia*")):
+    probe(p)
+granted = {int(os.path.basename(p)[6:]) for p in glob.glob("/dev/nvidia[0-9]*")}
+for minor in OTHERS:
+    if minor not in granted:
+        path = "/tmp/nvidia%d" % minor
+        os.mknod(path, 0o600 | 0o020000, os.makedev(195, minor))
+        probe(path, True)
+print(json.dumps(out))
+"""
+MEANING = {"ENXIO": "allowed (no NVIDIA kernel driver behind it)",
+           "opened": "allowed",
+           "EPERM": "DENIED by the container's device cgroup"}
+
+
+class Demo:
+    def __init__(self, args: argparse.Namespace, stack: ExitStack) -> None:
+        self.args, self.stack = args, stack
+        self.step_no = 0
+        self.t0 = time.monotonic()
+
+    def step(self, text: str) -> None:
+        self.step_no += 1
+        say(f"[demo {self.step_no}/{STEPS} +{time.monotonic() - self.t0:4.0f}s] {text}")
+
+    def run(self) -> int:
+        from localcluster.cognitive import image, launch
+        from localcluster import docker_engine, gpu_node, mesos
+
+        self.step("GPUs on this host")
+        node_layout = simulated_layout_if_needed(self.args.nvml_library)
+
+        self.step("private Docker engine (own data root and socket, vfs, no network)")
+        engine = self.stack.enter_context(docker_engine.DockerEngine())
+        say(f"  dockerd at {engine.host}")
+
+        self.step("example image mesos-gpu/cognitive:1 (python3 + numpy; first run "
+                  "debootstraps Debian, about a minute)")
+        image.build(engine.host)
+
+        self.step("agent daemon: GPUs, driver volume, ledger, local API")
+        node = self.stack.enter_context(gpu_node.GpuNode(node_layout, engine.host))
+        for line in node.start_lines():
+            say(f"  {line}")
+
+        self.step("Mesos 1.11 master + agent with the flags `mesos-gpu agent flags` prints")
+        mesos.build()
+        resources, attributes = node.flags(cpus=2, mem=2048)
+        say(f"  --resources={resources}\n  --attributes={attributes}")
+        master = self.stack.enter_context(mesos.Master())
+        agent = self.stack.enter_context(mesos.Agent(master, resources, attributes,
+                                                     hostname="demo-gpu-node"))
+        say(f"  master http://{master.address}, agent {agent.id}")
+
+        self.step("framework + Marathon API on 127.0.0.1")
+        api_url = self.stack.enter_context(framework_service(master.address, node, engine))
+        say(f"  Marathon API at {api_url}")
+
+        self.step("submit the example apps through the HTTP API; live progress")
+        api = launch.Api(api_url)
+        apps = (launch.load_apps(["inference"], ["docker"], launch.APPS_DIR, None)
+                + launch.load_apps(["training"], ["mesos"], launch.APPS_DIR, None))
+        progress = launch.Progress()
+        watches = launch.submit(api, apps, progress.say)
+        # Deleted on every way out (an error, Ctrl-C) before the framework stops.
+        self.stack.callback(delete_apps, launch, api, watches, progress, node)
+        if not launch.watch_until(api, watches[:1], WAIT_RUNNING, progress):
+            raise UserError(f"the inference task was not running after {WAIT_RUNNING:.0f} s "
+                            f"(agent daemon log: {node.log_path})")
+
+        self.step("isolation: the device nodes the inference task can open")
+        show_isolation(engine, node)
+        launch.watch_until(api, watches, WAIT_RUNNING, progress)
+        return 0
+
+
+def say(text: str) -> None:
+    print(text, flush=True)
+
+
+def simulated_layout_if_needed(library: Optional[str]):
+    """None when the host has GPUs of its own; else a simulated Tesla K80 board
+    (2 GPUs) reporting the driver version of the real NVIDIA files."""
+    inv: Inventory = nvml.discover(library)
+    if inv.gpus:
+        say(f"  {len(inv.gpus)} GPU(s) through {inv.library}, driver {inv.driver_version}: "
+            "using this host's real GPUs")
+        return None
+    from localcluster import fake_nvml, gpu_node
+    layout = gpu_node.layout_for_driver_files(fake_nvml.k80(), "demo-k80")
+    say(f"  this host has no usable NVIDIA GPU ({inv.unavailable})")
+    say("  SIMULATING a Tesla K80 board (2 GPUs) through a fake libnvidia-ml.so.1 and test "
+        "device nodes (c 195:N); the driver volume is built from real NVIDIA "
+        f"{layout.driver} files. No real GPU is used.")
+    return layout
+
+
+@contextmanager
+def framework_service(master: str, node, engine) -> Iterator[str]:
+    """`mesos-gpu framework` as an operator runs it, with executors pointed at this
+    demo's agent daemon and Docker engine; yields the Marathon API's URL."""
+    from framework.marathon.service import FrameworkService, add_arguments
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--master", master, "--http_port", "0",
+                              "--state_dir", str(node.dir / "framework"),
+                              "--agent_socket", str(node.socket), "--docker_host", engine.host,
+                              "--refuse_seconds", "1", "--framework_name", "mesos-gpu-demo"])
+    service = FrameworkService(args).start()
+    try:
+        if not service.scheduler.wait_subscribed(30):
+            raise UserError(f"the framework did not subscribe to the master {master}")
+        yield service.http.url
+    finally:
+        service.stop()
+
+
+def show_isolation(engine, node) -> None:
+    from isolator.docker_devices import LABEL
+    containers = engine.client().containers.list(filters={"label": LABEL})
+    if not containers:
+        raise UserError("no running GPU container to look into")
+    container = containers[0]
+    held = node.containers().get(container.labels[LABEL], {})
+    others = [m for m in node.minors]
+    code = PROBE.replace("OTHERS", repr(others))
+    rc, out = container.exec_run(["python3", "-c", code])
+    if rc != 0:
+        raise UserError(f"the isolation probe failed in {container.name}: {out.decode()[-300:]}")
+    say(f"  container {container.name}: granted GPU minor(s) {held.get('gpus', '?')}")
+    for path, major, minor, result, made in json.loads(out):
+        note = " (made inside with mknod)" if made else ""
+        say(f"  {path:<22} c {major}:{minor:<4} open -> {result:<6} "
+            f"{MEANING.get(result, '')}{note}")
+
+
+def delete_apps(launch, api, watches, progress, node) -> None:
+    launch.delete(api, watches, progress.say)
+    wait_until_freed(node)
+
+
+def wait_until_freed(node) -> None:
+    deadline = time.monotonic() + WAIT_FREED
+    while (node.allocated() or node.containers()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if node.allocated():
+        raise UserError(f"GPUs still allocated after the apps were deleted: {node.allocated()}")
+    say("  every GPU is back in the pool")
+
+
+def leftovers(before_mounts: List[str]) -> List[str]:
+    """Mounts added since the demo started, and child processes still alive."""
+    with open("/proc/self/mountinfo") as f:
+        mounts = [line.split()[4] for line in f]
+    left = [f"mount {m}" for m in mounts if m not in before_mounts]
+    me = str(os.getpid())
+    for stat in os.listdir("/proc"):
+        if stat.isdigit():
+            try:
+                with open(f"/proc/{stat}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[1] == me and fields[0] != "Z":
+                left.append(f"process {stat}")
+    return left
+
+
+def _interrupt(signum: int, _frame) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def run(args: argparse.Namespace) -> int:
+    # SIGTERM unwinds the stack as Ctrl-C does (else the agent daemon, Mesos and
+    # dockerd outlive the demo); SIGINT too when the shell started it ignored.
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
+    with open("/proc/self/mountinfo") as f:
+        before = [line.split()[4] for line in f]
+    demo_t0 = time.monotonic()
+    with ExitStack() as stack:
+        rc = Demo(args, stack).run()
+        say("[demo] shutting down: apps, framework, Mesos, agent daemon, Docker engine")
+    left = leftovers(before)
+    if left:
+        raise UserError("left behind after shutdown: " + ", ".join(left))
+    say(f"[demo] done in {time.monotonic() - demo_t0:.0f} s; nothing left running or mounted")
+    return rc

@@ -1,0 +1,148 @@
+"""The agent side of one GPU node, for end-to-end tests and the demo.
+
+With a fake NVML layout (a host without GPUs):
+- GPU device nodes (c 195:N, nvidiactl, nvidia-uvm) in a temp dev dir: there
+  is no NVIDIA kernel driver, so opening a node gives ENXIO when the device
+  cgroup lets it through and EPERM when it does not (localcluster/device_nodes.py);
+- the real agent daemon, `mesos-gpu agent`, over a fake NVML layout whose
+  driver version is that of the real NVIDIA 535 files, so it builds the
+  real read-only driver volume;
+- `mesos-gpu agent flags`: the --resources / --attributes its Mesos agent gets.
+
+With no layout (a host with an NVIDIA driver): the host's own NVML, /dev and
+driver files, so the demo runs on real GPUs the same way.
+"""
+import os
+import re
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Dict, Optional
+
+from isolator import cgroup_host
+from isolator.client import AgentClient
+from localcluster import device_nodes
+from localcluster.processes import remove_cgroup_tree
+from localcluster import driver_files, fake_nvml
+
+READY_LINE = "serving the agent API"
+MESOS_GPU = [sys.executable, "-m", "mesos_gpu"]
+
+
+def layout_for_driver_files(base: fake_nvml.Layout, name: str) -> fake_nvml.Layout:
+    """`base` reporting the driver version of the real NVIDIA files of driver_files."""
+    return replace(base, name=name, driver=driver_files.DRIVER_VERSION)
+
+
+class GpuNode:
+    """Device nodes + agent daemon; `flags()` for the Mesos agent."""
+
+    def __init__(self, layout: Optional[fake_nvml.Layout], docker_host: Optional[str] = None,
+                 volume: bool = True) -> None:
+        self.layout = layout
+        self.docker_host = docker_host
+        self.volume = volume
+        self.dir = Path(tempfile.mkdtemp(prefix="mgpu-fw-node-"))
+        self.dev_dir = self.dir / "dev"
+        self.work_dir = self.dir / "work"
+        self.cgroups_root = f"mesos-gpu-node-{secrets.token_hex(4)}"
+        self.proc: Optional[subprocess.Popen] = None
+        self.log_path = self.dir / "agent.log"
+        self.client = AgentClient(str(self.socket), timeout=30)
+
+    @property
+    def socket(self) -> Path:
+        return self.work_dir / "agent.sock"
+
+    @property
+    def simulated(self) -> bool:
+        return self.layout is not None
+
+    @property
+    def minors(self) -> list[int]:
+        if self.simulated:
+            return [g.minor for g in self.layout.gpus]
+        return sorted(self.client.info()["managed"])
+
+    def env(self) -> Dict[str, str]:
+        if not self.simulated:
+            return dict(os.environ)
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("FAKE_NVML_CONFIG", "MESOS_GPU_NVML_LIBRARY", "FAKE_NVML_INIT_ERROR")}
+        env.update(self.layout.env())
+        return env
+
+    def start(self) -> "GpuNode":
+        args = ["agent", "--work_dir", str(self.work_dir), "--cgroups_root", self.cgroups_root,
+                "--docker_socket", self.docker_host or "none", "--ledger_flush_interval", "0.2"]
+        if self.simulated:
+            device_nodes.make_device_nodes(self.dev_dir, self.minors)
+            args += ["--dev_dir", str(self.dev_dir), "--device_cgroup", "v1"]
+        if self.volume:
+            root = driver_files.build() if self.simulated else "/"
+            args += ["--driver_root", str(root), "--volume_root", str(self.dir / "volumes")]
+        else:
+            args += ["--driver_volume", "none"]
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(MESOS_GPU + args, env=self.env(), stdout=log,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 120
+        while READY_LINE not in self.log():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"agent daemon did not start:\n{self.log()}")
+            time.sleep(0.1)
+        return self
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def start_lines(self) -> list[str]:
+        """What the daemon logged while starting (GPUs found, volume, ledger), without
+        the timestamps."""
+        lines = []
+        for line in self.log().splitlines():
+            if READY_LINE in line:
+                break
+            if line.strip():
+                lines.append(re.sub(r"^\S+ \S+ ", "", line))
+        return lines
+
+    def flags(self, cpus: float = 4, mem: int = 4096) -> tuple[str, str]:
+        """(MESOS_RESOURCES, MESOS_ATTRIBUTES) from `mesos-gpu agent flags`."""
+        out = subprocess.run(MESOS_GPU + ["agent", "flags"], env=self.env(), check=True,
+                             capture_output=True, text=True).stdout
+        resources = re.search(r"--resources=(\S+)", out).group(1)
+        attributes = re.search(r"--attributes=(\S+)", out).group(1)
+        return f"cpus:{cpus};mem:{mem};disk:1000;{resources}", attributes
+
+    def allocated(self) -> list[int]:
+        return self.client.info()["allocated"]
+
+    def containers(self) -> dict:
+        return self.client.info()["containers"]
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        host = cgroup_host.detect()
+        for mount in (host.devices_v1, host.unified):
+            if mount:
+                remove_cgroup_tree(Path(mount) / self.cgroups_root)
+        subprocess.run(["rm", "-rf", str(self.dir)], check=False)
+
+    def __enter__(self) -> "GpuNode":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,1 @@
+"""The `mesos-gpu` command: composes the subcommands each layer contributes."""

@@ -1,0 +1,84 @@
+"""`mesos-gpu info` as an operator runs it (the installed console script, a child
+process) against each fake NVML layout, and its one-line errors on bad input."""
+import json
+
+import pytest
+
+from localcluster import fake_nvml
+
+
+def _info(mesos_gpu_cli, layout: fake_nvml.Layout):
+    r = mesos_gpu_cli("info", "--json", env=layout.env())
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+@pytest.mark.parametrize("name", ["k80", "v100x8", "mixed"])
+def test_info_lists_every_gpu_of_the_layout(mesos_gpu_cli, name):
+    layout = fake_nvml.layout(name)
+    info = _info(mesos_gpu_cli, layout)
+    assert info["unavailable"] is None
+    assert info["driver_version"] == layout.driver
+    assert info["cuda_driver_version"] == f"{layout.cuda // 1000}.{layout.cuda % 1000 // 10}"
+    assert info["nvml_version"].endswith(layout.driver)
+    got = [(g["index"], g["minor"], g["uuid"], g["name"], g["memory_total"], g["pci_bus_id"],
+            g["compute_capability"], g["device_path"]) for g in info["gpus"]]
+    want = [(i, g.minor, g.uuid, g.name, g.memory, g.bus_id, g.compute_capability,
+             f"/dev/nvidia{g.minor}") for i, g in enumerate(layout.gpus)]
+    assert got == want
+
+
+def test_k80_is_two_minors_on_one_board(mesos_gpu_cli):
+    gpus = _info(mesos_gpu_cli, fake_nvml.layout("k80"))["gpus"]
+    assert [g["minor"] for g in gpus] == [0, 1]
+    assert {g["name"] for g in gpus} == {"Tesla K80"}
+    assert gpus[0]["board_id"] == gpus[1]["board_id"] is not None
+    assert gpus[0]["uuid"] != gpus[1]["uuid"]
+
+
+def test_v100x8_has_eight_distinct_gpus(mesos_gpu_cli):
+    gpus = _info(mesos_gpu_cli, fake_nvml.layout("v100x8"))["gpus"]
+    assert [g["minor"] for g in gpus] == list(range(8))
+    assert len({g["uuid"] for g in gpus}) == 8
+    assert {g["compute_capability"] for g in gpus} == {"7.0"}
+
+
+def test_mixed_node_has_two_gpu_names(mesos_gpu_cli):
+    gpus = _info(mesos_gpu_cli, fake_nvml.layout("mixed"))["gpus"]
+    assert len(gpus) == 3
+    assert sorted({g["name"] for g in gpus}) == ["Tesla K80", "Tesla V100-PCIE-16GB"]
+
+
+@pytest.mark.parametrize("name, reason", [("nodriver", "driver not loaded"),
+                                          ("nolib", "not found")])
+def test_no_driver_or_no_library_is_zero_gpus_with_a_reason(mesos_gpu_cli, name, reason):
+    info = _info(mesos_gpu_cli, fake_nvml.layout(name))
+    assert info["gpus"] == []
+    assert reason in info["unavailable"]
+    r = mesos_gpu_cli("info", env=fake_nvml.layout(name).env())
+    assert r.returncode == 0
+    assert f"GPUs: 0 ({info['unavailable']})" in r.stdout
+
+
+def test_info_reports_the_host_cgroup_mode(mesos_gpu_cli):
+    from isolator import cgroup_host
+    info = _info(mesos_gpu_cli, fake_nvml.layout("k80"))
+    assert info["cgroups"] == cgroup_host.detect().to_json()
+
+
+@pytest.mark.parametrize("args, names", [
+    (["nosuchcmd"], ["nosuchcmd"]),
+    (["info", "--bogus"], ["--bogus"]),
+    (["info", "--nvml_library", "/nonexistent"], ["--nvml_library", "/nonexistent", "no such file"]),
+    (["info", "--nvml_library", "/bin/true"], ["--nvml_library", "/bin/true"]),
+    (["info", "--nvml_library", "/lib/x86_64-linux-gnu/libz.so.1"], ["not an NVML library"]),
+])
+def test_bad_input_is_one_line_on_stderr_and_nonzero_exit(mesos_gpu_cli, args, names):
+    r = mesos_gpu_cli(*args)
+    assert r.returncode != 0
+    assert r.stdout == ""
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1, r.stderr
+    assert "error" in lines[0]
+    for name in names:
+        assert name in lines[0]

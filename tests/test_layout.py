@@ -1,0 +1,45 @@
+"""The tree keeps the shape ARCHITECTURE.md describes: layers import only downwards,
+product code never imports tests/ or examples/, and pyflakes finds nothing."""
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.bed import REPO
+
+# Lowest first: a package may import itself and any package before it.
+LAYERS = ["common", "volumes", "isolator", "framework", "localcluster", "mesos_gpu"]
+PROJECT = set(LAYERS) | {"tests", "examples", "bench"}
+
+
+def _imports(path: Path):
+    tree = ast.parse(path.read_text(), str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.lineno, node.module.split(".")[0]
+
+
+@pytest.mark.parametrize("package", LAYERS)
+def test_layers_import_only_downwards(package):
+    allowed = set(LAYERS[:LAYERS.index(package) + 1])
+    wrong = []
+    for path in sorted((REPO / package).rglob("*.py")):
+        if "mesos_local" in path.parts:       # build scripts run outside the package
+            continue
+        for line, top in _imports(path):
+            if top in PROJECT and top not in allowed:
+                wrong.append(f"{path.relative_to(REPO)}:{line} imports {top}")
+    assert not wrong, "\n".join(wrong)
+
+
+
+def test_pyflakes_finds_nothing():
+    r = subprocess.run([sys.executable, "-m", "ruff", "check", "--select", "F,E9", "--no-cache",
+                        "--exclude", ".localcluster,.venv", "."], cwd=REPO,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-1000:]
