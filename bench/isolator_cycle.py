@@ -33,7 +33,7 @@ from isolator.ledger import Ledger  # noqa: E402
 from isolator.server import AgentServer  # noqa: E402
 from isolator.service import AgentService  # noqa: E402
 from tests.bed import cgroups as bed_cgroups  # noqa: E402
-from tests.bed import fake_nvml  # noqa: E402
+from localcluster import fake_nvml  # noqa: E402
 
 HOST = cgroup_host.detect()
 MOUNTS = {"v1": HOST.devices_v1, "v2": HOST.unified}

@@ -9,7 +9,7 @@ Docker engine, in the same run, interleaved:
   with the granted devices and the read-only driver volume, the daemon's
   isolate (Docker id cross-checked by label), start, wait, remove, cleanup.
 
-The engine is the test bed's (tests/bed/docker_engine.py: its own dockerd,
+The engine is the one-machine cluster's (localcluster/docker_engine.py: its own dockerd,
 vfs storage), the daemon runs over a fake K80 with the bed's real NVIDIA 535
 files as its driver volume. Prints median and mean wall time per launch and
 the ratio (target: at most 1.10). Never asserts. Needs root.
@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from framework.executor.docker_container import DockerTask, inspect  # noqa: E402
 from framework.task_spec import TaskSpec  # noqa: E402
-from tests.bed import fake_nvml  # noqa: E402
+from localcluster import fake_nvml  # noqa: E402
 from localcluster.docker_engine import DockerEngine  # noqa: E402
 from localcluster.gpu_node import GpuNode, layout_for_driver_files  # noqa: E402
 

@@ -32,7 +32,7 @@ from isolator.gpu import Gpu  # noqa: E402
 from isolator.ledger import Holding, Ledger  # noqa: E402
 from isolator.service import AgentService  # noqa: E402
 from tests.bed import cgroups as bed_cgroups  # noqa: E402
-from tests.bed import fake_nvml  # noqa: E402
+from localcluster import fake_nvml  # noqa: E402
 
 HOST = cgroup_host.detect()
 MOUNTS = {"v1": HOST.devices_v1, "v2": HOST.unified}

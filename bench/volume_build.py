@@ -22,7 +22,7 @@ from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.bed import driver_files  # noqa: E402
+from localcluster import driver_files  # noqa: E402
 from localcluster.paths import BUILD_DIR  # noqa: E402
 from volumes import builder, components  # noqa: E402
 
