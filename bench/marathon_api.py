@@ -22,9 +22,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from framework.marathon.app_manager import AppManager  # noqa: E402
+from framework.marathon.app_service import AppService  # noqa: E402
 from framework.marathon.events import EventBus  # noqa: E402
 from framework.marathon.http_api import MarathonApi  # noqa: E402
+from framework.marathon.reconciler import Reconciler  # noqa: E402
+from framework.marathon.registry import Registry  # noqa: E402
 from framework.marathon.security import Authenticator, DockerPolicy  # noqa: E402
 from framework.marathon.server import serve  # noqa: E402
 from framework.state_store import StateStore  # noqa: E402
@@ -108,9 +110,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as state_dir:
         store = StateStore(Path(state_dir))
         events = EventBus()
-        manager = AppManager(store, None, events)
-        manager.start()          # finishes the (instance-less) deployments as they come
-        api_server = serve(MarathonApi(manager, DockerPolicy(), lambda: {}), events, Authenticator())
+        registry = Registry(store, events)
+        reconciler = Reconciler(registry, None)
+        reconciler.start()       # finishes the (instance-less) deployments as they come
+        api_server = serve(MarathonApi(registry, AppService(registry), DockerPolicy(), lambda: {}),
+                           events, Authenticator())
         port = api_server.server_address[1]
 
         posts = [("/v2/apps", app_body(i)) for i in range(args.posts)]
@@ -118,8 +122,8 @@ def main() -> int:
         extra = [("/v2/apps", app_body(i)) for i in range(args.posts, args.apps)]
         if extra:
             timed(port, "POST", extra)
-        with manager.lock:
-            count = len(manager.apps)
+        with registry.lock:
+            count = len(registry.apps)
         get_body = http.client.HTTPConnection("127.0.0.1", port)
         get_body.request("GET", "/v2/apps")
         list_bytes = get_body.getresponse().read()
@@ -139,7 +143,7 @@ def main() -> int:
         report(f"POST /v2/apps ({args.posts})", post_latencies, floor_posts)
         floor.shutdown()
         api_server.stop()
-        manager.stop()
+        reconciler.stop()
         store.close()
     return 0
 

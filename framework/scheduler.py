@@ -24,9 +24,11 @@ What it does with the master:
   cannot help (bad image, CUDA mismatch, no Docker engine) or the task is invalid;
 - kills (and re-sends the kill until a terminal update arrives).
 
-Everything is keyed by TaskSpec.id. State changes are written to the store
-before anything is sent to Mesos (write-ahead), so a crash at any point is
-healed by reconciliation on restart.
+Everything is keyed by TaskSpec.id; each task is one TaskRecord
+(framework.task_record), stored under its id. State changes are written to the
+store before anything is sent to Mesos (write-ahead), so a crash at any point
+is healed by reconciliation on restart. The connection itself (the pymesos
+driver, its restarts with back-off) is framework.driver_supervisor's.
 """
 import logging
 import os
@@ -35,43 +37,25 @@ import socket
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping, Optional, Protocol
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional
 
 from framework import taskinfo
 from framework.constraints import offer_fields
+from framework.driver_supervisor import DriverSupervisor
 from framework.matching import RESTRICTED, Matcher, gpu_behavior
 from framework.mesos_driver import MISSED_HEARTBEATS, SchedulerDriver
+from framework.state_store import SchedulerStore
+from framework.task_record import (PENDING, RECORD_KIND, RETRYABLE_STATES, RUNNING,
+                                   TERMINAL_STATES, TaskRecord, attempt_task_id)
 from framework.task_spec import TaskSpec
 from common.errors import UserError
 
 log = logging.getLogger(__name__)
 
-PENDING = "PENDING"  # ours: waiting for an offer (or for its back-off to end)
-TERMINAL_STATES = frozenset({"TASK_FINISHED", "TASK_FAILED", "TASK_KILLED", "TASK_ERROR",
-                             "TASK_LOST", "TASK_DROPPED", "TASK_GONE",
-                             "TASK_GONE_BY_OPERATOR"})
-RETRYABLE_STATES = frozenset({"TASK_FAILED", "TASK_LOST", "TASK_DROPPED", "TASK_GONE"})
-RECORD_KIND = "scheduler.task"
 MAINTENANCE_INTERVAL = 1.0
 RECONCILE_RETRY_SECONDS = 1.0   # first re-ask for unanswered tasks; doubles each time
 RECONCILE_RETRY_MAX_SECONDS = 60.0
-# A driver that keeps failing (master unreachable, its name does not resolve) is
-# restarted after 1 s, then 2, 4 ... up to 60 s; a subscription resets the delay.
-DRIVER_RESTART_SECONDS = 1.0
-DRIVER_RESTART_MAX_SECONDS = 60.0
-
-
-class SchedulerStore(Protocol):
-    """What the scheduler keeps across restarts (framework.state_store.StateStore
-    is the SQLite one)."""
-
-    def framework_id(self) -> Optional[str]: ...
-    def set_framework_id(self, value: Optional[str]) -> None: ...
-    def put(self, kind: str, key: str, value: dict) -> None: ...
-    def delete(self, kind: str, key: str) -> None: ...
-    def items(self, kind: str) -> dict[str, dict]: ...
-    def transaction(self) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -106,55 +90,18 @@ class SchedulerConfig:
     executor: taskinfo.ExecutorSettings = field(default_factory=taskinfo.ExecutorSettings)
 
 
-@dataclass
-class TaskRecord:
-    """What the scheduler knows of one task (copies are handed out)."""
-    spec: TaskSpec
-    state: str = PENDING
-    mesos_task_id: str = ""
-    agent_id: Optional[str] = None
-    hostname: Optional[str] = None
-    agent_fields: dict[str, str] = field(default_factory=dict)
-    gpus: list[str] = field(default_factory=list)
-    message: str = ""
-    reason: str = ""
-    attempts: int = 0
-    not_before: float = 0.0
-    kill_requested: bool = False
-    kill_sent_at: float = 0.0
-    updated: float = field(default_factory=time.time)
-
-    @property
-    def id(self) -> str:
-        return self.spec.id
-
-    @property
-    def terminal(self) -> bool:
-        return self.state in TERMINAL_STATES
-
-    @property
-    def launched(self) -> bool:
-        return self.state != PENDING and not self.terminal
-
-    def to_json(self) -> dict[str, Any]:
-        data = {name: getattr(self, name) for name in self.__dataclass_fields__}
-        data["spec"] = self.spec.to_json()
-        return data
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "TaskRecord":
-        values = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
-        values["spec"] = TaskSpec.from_json(data["spec"])
-        return cls(**values)
-
-
-def attempt_task_id(spec_id: str, attempt: int) -> str:
-    return spec_id if attempt <= 1 else f"{spec_id}.retry{attempt - 1}"
-
-
 def _labels(status: Mapping[str, Any]) -> dict[str, str]:
     return {label["key"]: label.get("value", "")
             for label in (status.get("labels") or {}).get("labels", [])}
+
+
+def _offer_role(offer: Mapping[str, Any], default: str) -> str:
+    """The role the offer's resources are allocated to (Mesos 1.x multi-role)."""
+    for resource in offer.get("resources", ()):
+        role = (resource.get("allocation_info") or {}).get("role") or resource.get("role")
+        if role:
+            return role
+    return default
 
 
 class GpuScheduler:
@@ -168,7 +115,8 @@ class GpuScheduler:
         self._records: dict[str, TaskRecord] = {}
         self._by_mesos_id: dict[str, str] = {}
         self._callbacks: list[Callable[[TaskRecord], None]] = []
-        self._driver: Optional[SchedulerDriver] = None
+        self.supervisor = DriverSupervisor(self, self._framework_info, config.master,
+                                           config.missed_heartbeats)
         self._suppressed = False
         self._subscribed = threading.Event()
         self._stop = threading.Event()
@@ -177,9 +125,6 @@ class GpuScheduler:
         self._unanswered: set[str] = set()   # Mesos task ids reconciled, no answer yet
         self._reconcile_retry_delay = RECONCILE_RETRY_SECONDS
         self._reconcile_retry_at = 0.0
-        self._restart_driver = False
-        self._driver_restart_delay = DRIVER_RESTART_SECONDS
-        self._driver_restart_at = 0.0
         self._offers_seen: Counter = Counter()
         self._recover()
 
@@ -187,7 +132,7 @@ class GpuScheduler:
 
     def start(self) -> "GpuScheduler":
         self._stop.clear()
-        self._start_driver()
+        self.supervisor.start()
         self._maintenance = threading.Thread(target=self._maintain, name="scheduler-maintenance",
                                              daemon=True)
         self._maintenance.start()
@@ -197,11 +142,7 @@ class GpuScheduler:
         """Disconnect. The framework stays registered (its tasks keep running,
         and a restart picks them up) unless `teardown`: then Mesos kills them all."""
         self._stop.set()
-        driver = self._driver
-        if driver is not None:
-            driver.stop(failover=not teardown)
-            driver.join()
-            self._driver = None
+        self.supervisor.stop(teardown)
         if self._maintenance is not None:
             self._maintenance.join()
             self._maintenance = None
@@ -217,8 +158,9 @@ class GpuScheduler:
     def framework_id(self) -> Optional[str]:
         return self.store.framework_id()
 
-    def submit(self, spec: TaskSpec) -> TaskRecord:
-        """Queue a task; it launches when a matching offer comes."""
+    def submit(self, spec: TaskSpec, app_version: str = "", config_version: str = "") -> TaskRecord:
+        """Queue a task; it launches when a matching offer comes. The versions
+        say which version of its app it runs (kept in its record for the API)."""
         if not isinstance(spec, TaskSpec):
             raise UserError(f"submit: expected a TaskSpec, got {type(spec).__name__}")
         gpu_behavior(spec, self.config.gpu_scheduling)  # refuse a bad label now
@@ -228,10 +170,11 @@ class GpuScheduler:
         with self._lock:
             if spec.id in self._records:
                 raise UserError(f"task {spec.id}: a task with this id already exists")
-            record = TaskRecord(spec=spec, message="waiting for a matching offer")
+            record = TaskRecord(spec=spec, message="waiting for a matching offer",
+                                app_version=app_version, config_version=config_version)
             self._records[spec.id] = record
             self._save(record)
-            copy = self._copy(record)
+            copy = record.copy()
         log.info("task %s queued (%s, %g cpus, %g MB, %d GPUs)", spec.id, spec.container,
                  spec.cpus, spec.mem, spec.gpus)
         self._revive()
@@ -246,14 +189,14 @@ class GpuScheduler:
             if record is None:
                 raise UserError(f"kill: no task {task_id!r}")
             if record.terminal:
-                return self._copy(record)
+                return record.copy()
             record.kill_requested = True
             if record.state == PENDING:
                 self._set_state(record, "TASK_KILLED", "killed before it was launched")
             else:
                 record.kill_sent_at = time.time()
                 self._save(record)
-            copy = self._copy(record)
+            copy = record.copy()
         if copy.state == "TASK_KILLED":
             self._notify(copy)
         else:
@@ -276,12 +219,12 @@ class GpuScheduler:
     def tasks(self) -> list[TaskRecord]:
         """Every known task (copies), in submission order."""
         with self._lock:
-            return [self._copy(r) for r in self._records.values()]
+            return [r.copy() for r in self._records.values()]
 
     def task(self, task_id: str) -> Optional[TaskRecord]:
         with self._lock:
             record = self._records.get(task_id)
-            return self._copy(record) if record else None
+            return record.copy() if record else None
 
     def offers_seen(self) -> dict[str, int]:
         """How many offers came from each agent hostname since start."""
@@ -345,7 +288,7 @@ class GpuScheduler:
             current = record is not None and record.mesos_task_id == mesos_id
             if current:
                 self._apply_status(record, status)
-                copy = self._copy(record)
+                copy = record.copy()
         if not current and status["state"] not in TERMINAL_STATES:
             log.warning("killing task %s: not one of ours (or an old attempt)", mesos_id)
             self._call("killTask", {"value": mesos_id})
@@ -406,6 +349,7 @@ class GpuScheduler:
                     self._by_mesos_id[record.mesos_task_id] = spec.id
                     record.agent_id, record.hostname = agent_id, offer.get("hostname")
                     record.agent_fields, record.gpus = fields, []
+                    record.role = _offer_role(offer, self.config.role)
                     self._set_state(record, "TASK_STAGING", f"launching on {record.hostname}")
                     launches.setdefault(offer_id, []).append(taskinfo.build(
                         spec, agent_id, framework_id, self.config.executor, record.mesos_task_id))
@@ -441,6 +385,8 @@ class GpuScheduler:
             record.gpus = [u for u in labels[taskinfo.GPUS_LABEL].split(",") if u]
         if status.get("agent_id"):
             record.agent_id = status["agent_id"]["value"]
+        if state == RUNNING and record.started_at is None:
+            record.started_at = time.time()
         record.reason = status.get("reason", "")
         message = status.get("message", "") or state
         if state in RETRYABLE_STATES and self._should_retry(record, status, labels):
@@ -482,19 +428,9 @@ class GpuScheduler:
             info["id"] = {"value": framework_id}
         return info
 
-    def _start_driver(self) -> None:
-        info = self._framework_info()
-        log.info("connecting to Mesos master %s as %s (framework id %s, GPU_RESOURCES %s)",
-                 self.config.master, info["name"], info.get("id", {}).get("value", "new"),
-                 "on" if self.config.gpu_resources else "off")
-        self._driver = SchedulerDriver(self, info, self.config.master,
-                                       missed_heartbeats=self.config.missed_heartbeats,
-                                       implicit_acknowledgements=False, failover=True)
-        self._driver.start()
-
     def _after_subscription(self, driver: SchedulerDriver) -> None:
         self._subscribed.set()
-        self._driver_restart_delay = DRIVER_RESTART_SECONDS
+        self.supervisor.subscribed()
         self._reconcile()
         with self._lock:
             idle = not self._has_waiting_work()
@@ -548,11 +484,11 @@ class GpuScheduler:
                     record.not_before = 0.0
                     self._set_state(record, PENDING, "framework was removed by the master; "
                                     "relaunching")
-        self._restart_driver = True
+        self.supervisor.restart()
 
     def _maintain(self) -> None:
         """Once a second: revive for tasks whose back-off ended, re-send kills,
-        reconcile periodically, restart an aborted driver."""
+        reconcile periodically."""
         while not self._stop.wait(MAINTENANCE_INTERVAL):
             try:
                 self._maintain_once()
@@ -561,22 +497,6 @@ class GpuScheduler:
 
     def _maintain_once(self) -> None:
         now = time.time()
-        driver = self._driver
-        if driver is not None and not self._stop.is_set() \
-                and (driver.stopped.is_set() or self._restart_driver):
-            if not self._restart_driver and now < self._driver_restart_at:
-                return                          # a failing driver waits out its back-off
-            self._restart_driver = False
-            log.warning("restarting the scheduler driver (if it fails again: next try in %.0f s)",
-                        self._driver_restart_delay)
-            if not driver.stopped.is_set():
-                driver.stop(failover=True)
-                driver.join()
-            self._start_driver()
-            self._driver_restart_at = now + self._driver_restart_delay
-            self._driver_restart_delay = min(DRIVER_RESTART_MAX_SECONDS,
-                                             2 * self._driver_restart_delay)
-            return
         with self._lock:
             backoff_over = any(r.state == PENDING and 0 < r.not_before <= now
                                and not r.kill_requested for r in self._records.values())
@@ -618,10 +538,6 @@ class GpuScheduler:
     def _save(self, record: TaskRecord) -> None:
         self.store.put(RECORD_KIND, record.id, record.to_json())
 
-    @staticmethod
-    def _copy(record: TaskRecord) -> TaskRecord:
-        return replace(record, agent_fields=dict(record.agent_fields), gpus=list(record.gpus))
-
     def _notify(self, record: TaskRecord) -> None:
         for callback in list(self._callbacks):
             try:
@@ -630,13 +546,4 @@ class GpuScheduler:
                 log.exception("task update callback failed for %s", record.id)
 
     def _call(self, method: str, *args: Any) -> None:
-        """A driver call; a failure is logged (reconciliation and the
-        maintenance loop heal what it leaves undone)."""
-        driver = self._driver
-        if driver is None:
-            return
-        try:
-            getattr(driver, method)(*args)
-        except Exception as e:
-            log.warning("%s failed: %s", method, e)
-
+        self.supervisor.call(method, *args)

@@ -6,7 +6,8 @@ apps and deployments of the Marathon-style API, and the last known state of each
 task (so a restarted scheduler can reconcile them with the master).
 
 Records are JSON objects filed under a kind ("app", "deployment", "task", ...)
-and a key. Every write is a SQLite transaction in WAL mode with
+and a key; opening a state written by an older version upgrades its layout
+(framework.state_migration). Every write is a SQLite transaction in WAL mode with
 `synchronous=FULL`: a crash leaves either the old or the new state, never half
 of a change. Group several writes into one atomic change with `transaction()`.
 
@@ -19,9 +20,10 @@ import sqlite3
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Dict, Iterator, Optional
+from typing import Any, Dict, Iterator, Optional, Protocol
 
 from common.errors import UserError
+from framework import state_migration
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +43,21 @@ CREATE TABLE IF NOT EXISTS meta (
 """
 
 
+class SchedulerStore(Protocol):
+    """What the framework keeps across restarts, as its users see it (the
+    scheduler, the Marathon API). StateStore is the SQLite one; another (on
+    ZooKeeper, for several framework instances) stands in without touching them."""
+
+    def framework_id(self) -> Optional[str]: ...
+    def set_framework_id(self, value: Optional[str]) -> None: ...
+    def put(self, kind: str, key: str, value: dict) -> None: ...
+    def delete(self, kind: str, key: str) -> None: ...
+    def items(self, kind: str) -> Dict[str, dict]: ...
+    def transaction(self) -> Any: ...
+
+
 class StateStore:
-    """Transactional key/value records of JSON objects, by kind."""
+    """Transactional key/value records of JSON objects, by kind (SQLite)."""
 
     def __init__(self, state_dir: Path) -> None:
         state_dir = Path(state_dir)
@@ -61,7 +76,13 @@ class StateStore:
             self._db.executescript(_SCHEMA)
         except sqlite3.DatabaseError as e:
             raise UserError(f"--state_dir {state_dir}: cannot open {self.path}: {e}") from e
-        log.info("state store %s", self.path)
+        try:
+            found = state_migration.upgrade(self, str(self.path))
+        except BaseException:
+            self._db.close()
+            raise
+        log.info("state store %s (layout %d%s)", self.path, state_migration.CURRENT_LAYOUT,
+                 f", upgraded from {found}" if found != state_migration.CURRENT_LAYOUT else "")
 
     def close(self) -> None:
         with self._lock:

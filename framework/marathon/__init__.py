@@ -2,6 +2,8 @@
 
 `ids` (path ids), `app_model` (fields, defaults, updates, JSON out),
 `validation` (Marathon's error bodies), `security` (auth, body limits, host
-access), `deployments`, `app_manager` (apps -> tasks), `events` (SSE),
-`http_api` (routes), `server` (the `mesos-gpu framework` process).
+access), `deployments`, `registry` (apps, deployments, tasks in memory and in
+the store), `app_service` (the API's changes), `reconciler` (apps -> tasks),
+`task_json`, `events` (SSE), `http_api` (routes), `server` (HTTP),
+`service` (the `mesos-gpu framework` process).
 """

@@ -12,10 +12,12 @@ from typing import Any, Callable, Dict, List, Optional
 from urllib.parse import parse_qs, unquote
 
 from framework.marathon import app_model, deployments, ids
-from framework.marathon.app_manager import AppManager
+from framework.marathon.app_service import AppService
 from framework.marathon.json_reader import parse_body
 from framework.marathon.security import DockerPolicy
-from framework.marathon.task_records import TaskView
+from framework.marathon.registry import Registry
+from framework.marathon.task_json import task_json
+from framework.task_record import TaskRecord
 from framework.marathon.validation import ApiError, Violations, app_not_found, message
 
 log = logging.getLogger(__name__)
@@ -66,8 +68,10 @@ class Request:
 
 
 class MarathonApi:
-    def __init__(self, manager: AppManager, policy: DockerPolicy, info: Callable[[], dict]) -> None:
-        self.manager = manager
+    def __init__(self, registry: Registry, apps: AppService, policy: DockerPolicy,
+                 info: Callable[[], dict]) -> None:
+        self.registry = registry
+        self.apps = apps
         self.policy = policy
         self.info = info
         self._texts: Dict[str, tuple] = {}     # app id -> (stored app, its JSON text)
@@ -105,8 +109,8 @@ class MarathonApi:
             return self.delete_tasks(r)
         if rest == "/deployments":
             self._allow(method, "GET")
-            with self.manager.lock:
-                return Response(200, [deployments.to_json(p) for p in self.manager.plans.values()])
+            with self.registry.lock:
+                return Response(200, [deployments.to_json(p) for p in self.registry.plans.values()])
         if rest.startswith("/deployments/"):
             self._allow(method, "DELETE")
             return self.cancel_deployment(r, rest[len("/deployments/"):])
@@ -116,7 +120,7 @@ class MarathonApi:
         match = re.fullmatch(r"/queue(/.+)/delay", rest)
         if match:
             self._allow(method, "DELETE")
-            self.manager.reset_delay(ids.canonical(match.group(1)))
+            self.apps.reset_delay(ids.canonical(match.group(1)))
             return Response(204)
         raise message(404, "URI not found")
 
@@ -133,7 +137,7 @@ class MarathonApi:
         match = re.fullmatch(r"(/.+)/restart", rest)
         if match:
             self._allow(method, "POST")
-            return self._deployment(self.manager.restart(ids.canonical(match.group(1)),
+            return self._deployment(self.apps.restart(ids.canonical(match.group(1)),
                                                          r.flag("force")))
         match = re.fullmatch(r"(/.+)/versions(?:/([^/]+))?", rest)
         if match and method == "GET":
@@ -143,7 +147,7 @@ class MarathonApi:
         if method == "GET":
             return self.show_app(r, app_id)
         if method == "DELETE":
-            return self._deployment(self.manager.delete(app_id, r.flag("force", default=True)))
+            return self._deployment(self.apps.delete(app_id, r.flag("force", default=True)))
         return self.update_app(r, rest, partial=(method == "PATCH" or r.flag("partialUpdate", True)),
                                allow_create=(method == "PUT"))
 
@@ -162,7 +166,7 @@ class MarathonApi:
 
     def create_app(self, r: Request) -> Response:
         app = self._read(parse_body(r.body))
-        app, plan = self.manager.create(app, r.flag("force"))
+        app, plan = self.apps.create(app, r.flag("force"))
         body = app_model.to_json(app)
         body.update(tasksStaged=0, tasksRunning=0, tasksHealthy=0, tasksUnhealthy=0,
                     deployments=[{"id": plan["id"]}])
@@ -174,14 +178,14 @@ class MarathonApi:
                                  "details": [{"path": "/id", "errors": [problem]}]})
         app_id = ids.canonical(raw_id)
         raw = parse_body(r.body)
-        with self.manager.lock:
-            existing = self.manager.apps.get(app_id)
+        with self.registry.lock:
+            existing = self.registry.apps.get(app_id)
             if existing is None and not allow_create:
                 raise app_not_found(app_id)
             if existing is not None and partial:
                 raw = app_model.merge_update(existing, raw)
             app = self._read(raw, app_id)
-            plan, created = self.manager.update(app_id, app, r.flag("force"))
+            plan, created = self.apps.update(app_id, app, r.flag("force"))
         headers = {"Marathon-Deployment-Id": plan["id"]}
         if created:
             headers["Location"] = app_id
@@ -190,8 +194,8 @@ class MarathonApi:
     def list_apps(self, r: Request) -> Response:
         embeds = r.embeds()
         cmd, wanted_id, label = r.text("cmd"), r.text("id"), r.text("label")
-        with self.manager.lock:
-            apps = list(self.manager.apps.values())
+        with self.registry.lock:
+            apps = list(self.registry.apps.values())
             if cmd:
                 apps = [a for a in apps if cmd.lower() in (a.get("cmd") or "").lower()]
             if wanted_id:
@@ -199,7 +203,7 @@ class MarathonApi:
             if label:
                 selector = label_selector(label)
                 apps = [a for a in apps if selector(a["labels"])]
-            index = self.manager.by_app()
+            index = self.registry.by_app()
             texts = [self._app_text(a, embeds, r.flag("gpus"), index) for a in apps]
             if not (cmd or wanted_id or label):      # forget the texts of deleted apps
                 self._texts = {a["id"]: self._texts[a["id"]] for a in apps}
@@ -218,8 +222,8 @@ class MarathonApi:
         return cached[1][:-1] + "," + json.dumps(status, separators=(",", ":"))[1:]
 
     def show_app(self, r: Request, app_id: str) -> Response:
-        with self.manager.lock:
-            app = self.manager.get(app_id)
+        with self.registry.lock:
+            app = self.registry.app(app_id)
             embeds = r.embeds() | {"tasks", "lastTaskFailure"}
             return Response(200, {"app": self._app_json(app, embeds, r.flag("gpus"))})
 
@@ -230,20 +234,21 @@ class MarathonApi:
 
     def _status_json(self, app: dict, embeds: set, with_gpus: bool, index=None) -> dict:
         """Counts, deployments and (when embedded) tasks and the last failure."""
-        plans, tasks = index or self.manager.by_app()
+        plans, tasks = index or self.registry.by_app()
         app_tasks = tasks.get(app["id"], [])
-        out = self.manager.counts(app["id"], app_tasks)
+        out = self.registry.counts(app_tasks)
         out["deployments"] = [{"id": i} for i in plans.get(app["id"], [])]
         if embeds & {"tasks", "failures"}:
             out["tasks"] = [self._task_json(t, with_gpus) for t in app_tasks]
         if embeds & {"lastTaskFailure", "failures"}:
-            failure = self.manager.last_failure.get(app["id"])
+            failure = self.registry.last_failure.get(app["id"])
             if failure:
                 out["lastTaskFailure"] = failure
         return out
 
     def versions(self, app_id: str, version: Optional[str]) -> Response:
-        app = self.manager.get(app_id)
+        with self.registry.lock:
+            app = self.registry.app(app_id)
         if version is None:
             return Response(200, {"versions": [app["version"]]})
         if version != app["version"]:
@@ -251,21 +256,21 @@ class MarathonApi:
         return Response(200, app_model.to_json(app))
 
     # -- tasks ----------------------------------------------------------------------------
-    def _task_json(self, view: TaskView, with_gpus: bool) -> dict:
-        app = self.manager.apps.get(view.app_id) or {}
+    def _task_json(self, task: TaskRecord, with_gpus: bool) -> dict:
+        app = self.registry.apps.get(task.app_id) or {}
         ports = [d["port"] for d in app.get("portDefinitions", ())]
-        return view.to_json(ports, with_gpus)
+        return task_json(task, ports, with_gpus)
 
     def app_tasks(self, r: Request, app_id: str) -> Response:
-        with self.manager.lock:
-            self.manager.get(app_id)
-            tasks = self.manager.tasks_of(app_id)
+        with self.registry.lock:
+            self.registry.app(app_id)
+            tasks = self.registry.live_tasks(app_id)
             return Response(200, {"tasks": [self._task_json(t, r.flag("gpus")) for t in tasks]})
 
     def list_tasks(self, r: Request) -> Response:
         states = {s.strip().upper() for v in r.query.get("status", ()) for s in v.split(",") if s.strip()}
-        with self.manager.lock:
-            tasks = self.manager.all_tasks()
+        with self.registry.lock:
+            tasks = self.registry.live_tasks()
             if states:
                 tasks = [t for t in tasks if t.state.removeprefix("TASK_") in
                          {s.removeprefix("TASK_") for s in states}]
@@ -273,19 +278,19 @@ class MarathonApi:
 
     def kill_task(self, r: Request, app_id: str, task_id: str) -> Response:
         self._scale_and_wipe(r)
-        view, plan = self.manager.kill_task(app_id, task_id, r.flag("scale"), r.flag("force"))
+        task, plan = self.apps.kill_task(app_id, task_id, r.flag("scale"), r.flag("force"))
         if plan is not None:
             return self._deployment(plan)
-        with self.manager.lock:
-            return Response(200, {"task": self._task_json(view, r.flag("gpus"))})
+        with self.registry.lock:
+            return Response(200, {"task": self._task_json(task, r.flag("gpus"))})
 
     def kill_tasks(self, r: Request, app_id: str) -> Response:
         self._scale_and_wipe(r)
-        views, plan = self.manager.kill_tasks(app_id, r.text("host"), r.flag("scale"), r.flag("force"))
+        tasks, plan = self.apps.kill_tasks(app_id, r.text("host"), r.flag("scale"), r.flag("force"))
         if plan is not None:
             return self._deployment(plan)
-        with self.manager.lock:
-            return Response(200, {"tasks": [self._task_json(v, r.flag("gpus")) for v in views]})
+        with self.registry.lock:
+            return Response(200, {"tasks": [self._task_json(t, r.flag("gpus")) for t in tasks]})
 
     def delete_tasks(self, r: Request) -> Response:
         """POST /v2/tasks/delete {"ids": [...]}: kill these tasks (and scale down)."""
@@ -295,7 +300,7 @@ class MarathonApi:
                 or not all(isinstance(i, str) for i in body["ids"]):
             raise ApiError(422, {"message": "Invalid JSON",
                                  "details": [{"path": "/ids", "errors": ["error.expected.jsarray"]}]})
-        plan = self.manager.kill_many(body["ids"], r.flag("scale"), r.flag("force"))
+        plan = self.apps.kill_many(body["ids"], r.flag("scale"), r.flag("force"))
         if plan is not None:
             return self._deployment(plan)
         return Response(200, {})
@@ -310,15 +315,17 @@ class MarathonApi:
         return Response(200, deployments.result(plan), {"Marathon-Deployment-Id": plan["id"]})
 
     def cancel_deployment(self, r: Request, plan_id: str) -> Response:
-        rollback = self.manager.cancel(plan_id, r.flag("force"))
+        rollback = self.apps.cancel(plan_id, r.flag("force"))
         if rollback is None:
             return Response(202)
         return self._deployment(rollback)
 
     def queue(self) -> Response:
         items = []
-        for app, count, backoff in self.manager.queued():
-            left = max(0.0, backoff.until - self.manager.clock())
+        with self.registry.lock:
+            queued = self.registry.queued()
+        for app, count, backoff in queued:
+            left = max(0.0, backoff.until - self.registry.clock())
             items.append({"app": app_model.to_json(app), "count": count,
                           "delay": {"timeLeftSeconds": int(round(left)), "overdue": left <= 0},
                           "since": backoff.since,

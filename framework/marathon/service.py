@@ -14,16 +14,18 @@ import signal
 import threading
 from typing import Any, Callable, Optional
 
-from framework.marathon.app_manager import AppManager
-from framework.marathon.deployments import timestamp
+from framework.marathon.app_service import AppService
 from framework.marathon.events import EventBus
 from framework.marathon.http_api import VERSION, MarathonApi
 from framework.marathon.security import DEFAULT_MAX_BODY_BYTES, Authenticator, DockerPolicy
+from framework.marathon.reconciler import Reconciler
+from framework.marathon.registry import Registry
 from framework.marathon.server import MarathonHttpServer
 from framework.state_store import StateStore
 from common import instance_lock
 from volumes.cli import non_empty
 from common.errors import UserError
+from framework.timestamps import format_timestamp
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +76,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 class FrameworkService:
-    """Store + scheduler + app manager + HTTP server, started and stopped together."""
+    """Store + scheduler + registry and reconciler + HTTP server, started and stopped together."""
 
     def __init__(self, args: argparse.Namespace,
                  scheduler_factory: Optional[Callable[..., Any]] = None) -> None:
@@ -97,8 +99,9 @@ class FrameworkService:
             self.events = EventBus()
             factory = scheduler_factory or default_scheduler_factory
             self.scheduler = factory(args, self.store)
-            self.manager = AppManager(self.store, self.scheduler, self.events)
-            self.api = MarathonApi(self.manager, self.policy, self.info)
+            self.registry = Registry(self.store, self.events)
+            self.reconciler = Reconciler(self.registry, self.scheduler)
+            self.api = MarathonApi(self.registry, AppService(self.registry), self.policy, self.info)
             try:
                 self.http = MarathonHttpServer((args.http_address, args.http_port), self.api,
                                                self.events, self.auth, args.max_body_bytes)
@@ -112,12 +115,12 @@ class FrameworkService:
             if made is not None:        # a refused start leaves no state dir behind
                 shutil.rmtree(made, ignore_errors=True)
             raise
-        self.started_at = timestamp()
+        self.started_at = format_timestamp()
 
     def start(self) -> "FrameworkService":
         if self.scheduler is not None and hasattr(self.scheduler, "start"):
             self.scheduler.start()
-        self.manager.start()
+        self.reconciler.start()
         self.http.start()
         log.info("Marathon API on %s (auth %s, docker host-access parameters allowed: %s); "
                  "master %s, state %s", self.http.url,
@@ -127,9 +130,9 @@ class FrameworkService:
         return self
 
     def stop(self) -> None:
-        log.info("stopping: HTTP server, app manager, scheduler (failover: tasks keep running)")
+        log.info("stopping: HTTP server, reconciler, scheduler (failover: tasks keep running)")
         self.http.stop()
-        self.manager.stop()
+        self.reconciler.stop()
         if self.scheduler is not None and hasattr(self.scheduler, "stop"):
             try:
                 self.scheduler.stop()

@@ -14,7 +14,7 @@ from urllib.parse import quote
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from framework.marathon.app_manager import APP, PLAN
+from framework.marathon.registry import APP, PLAN
 from tests.marathon.conftest import client_of
 
 FUZZ = settings(max_examples=1500, deadline=None, derandomize=True,
