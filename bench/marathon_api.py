@@ -22,9 +22,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from framework.marathon.app_service import AppService  # noqa: E402
 from framework.marathon.events import EventBus  # noqa: E402
+from framework.leadership import SingleInstance  # noqa: E402
+from framework.marathon.api_context import ApiContext  # noqa: E402
 from framework.marathon.http_api import MarathonApi  # noqa: E402
+from framework.marathon.metrics import Metrics  # noqa: E402
 from framework.marathon.reconciler import Reconciler  # noqa: E402
 from framework.marathon.registry import Registry  # noqa: E402
 from framework.marathon.security import Authenticator, DockerPolicy  # noqa: E402
@@ -113,8 +115,9 @@ def main() -> int:
         registry = Registry(store, events)
         reconciler = Reconciler(registry, None)
         reconciler.start()       # finishes the (instance-less) deployments as they come
-        api_server = serve(MarathonApi(registry, AppService(registry), DockerPolicy(), lambda: {}),
-                           events, Authenticator())
+        context = ApiContext.build(registry, DockerPolicy(), lambda: {},
+                                   SingleInstance(lambda: "127.0.0.1:0"), Metrics())
+        api_server = serve(MarathonApi(context), events, Authenticator())
         port = api_server.server_address[1]
 
         posts = [("/v2/apps", app_body(i)) for i in range(args.posts)]

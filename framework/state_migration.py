@@ -9,6 +9,11 @@ newer layout than this code knows is refused: this code would misread it.
 - Layout 1: each task stored twice, as `scheduler.task` (the scheduler's
   record) and `app_task` (the API's: app, versions, when staged).
 - Layout 2: one record per task, kind `task` (framework.task_record.TaskRecord).
+- Layout 3: groups (kind `group`), app and group versions (`app_version:<id>`,
+  `group_version:<id>`), deployments of several apps in steps.
+
+Each step is written for the layouts it joins and never changes afterwards;
+it does not use the code that reads the current layout.
 """
 import logging
 from typing import Any, Callable, Protocol
@@ -19,7 +24,7 @@ from framework.timestamps import parse_timestamp
 log = logging.getLogger(__name__)
 
 LAYOUT_KIND, LAYOUT_KEY = "store", "layout"
-CURRENT_LAYOUT = 2
+CURRENT_LAYOUT = 3
 # layout 1's kinds
 V1_SCHEDULER_TASK, V1_APP_TASK = "scheduler.task", "app_task"
 V2_TASK = "task"
@@ -79,4 +84,46 @@ def _one_record_per_task(store: Records) -> None:
         store.delete(V1_APP_TASK, key)
 
 
-STEPS: dict[int, Callable[[Records], None]] = {1: _one_record_per_task}
+def _parent(path_id: str) -> str:
+    return path_id.rsplit("/", 1)[0] or "/"
+
+
+def _groups_versions_and_steps(store: Records) -> None:
+    """Layout 2 -> 3: the groups the app ids imply (each with the latest
+    version below it), each app's and group's current version recorded, and
+    each one-app deployment as a plan of steps."""
+    apps = store.items("app")
+    groups: dict[str, dict] = {"/": {"id": "/", "dependencies": [], "version": ""}}
+    for app_id, app in sorted(apps.items()):
+        group_id = app_id
+        while group_id != "/":
+            group_id = _parent(group_id)
+            group = groups.setdefault(group_id, {"id": group_id, "dependencies": [], "version": ""})
+            group["version"] = max(group["version"], app["version"])
+        store.put("app_version:" + app_id, app["version"], app)
+    for group_id, group in groups.items():
+        if not group["version"]:
+            group["version"] = "1970-01-01T00:00:00.000Z"
+        children_apps = {a: apps[a]["version"] for a in apps if _parent(a) == group_id}
+        children_groups = {g: groups[g]["version"] for g in groups
+                           if g != "/" and _parent(g) == group_id}
+        store.put("group", group_id, group)
+        store.put("group_version:" + group_id, group["version"],
+                  dict(group, apps=children_apps, groups=children_groups))
+    for plan_id, plan in store.items("deployment").items():
+        if "steps" in plan:
+            continue
+        app_id, action = plan["appId"], plan["action"]
+        # Layout 2's StartApplication ran until the app's instances ran; in
+        # layout 3 (as in Marathon) starting is done at once and a scale follows.
+        steps = [[{"action": action, "app": app_id}]]
+        if action == "StartApplication":
+            steps.append([{"action": "ScaleApplication", "app": app_id}])
+        store.put("deployment", plan_id, {
+            "id": plan["id"], "version": plan["version"],
+            "original": {app_id: plan["original"]}, "target": {app_id: plan["target"]},
+            "groupsBefore": {}, "groupsAfter": {}, "steps": steps})
+
+
+STEPS: dict[int, Callable[[Records], None]] = {1: _one_record_per_task,
+                                               2: _groups_versions_and_steps}

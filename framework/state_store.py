@@ -43,6 +43,11 @@ CREATE TABLE IF NOT EXISTS meta (
 """
 
 
+class StoreError(Exception):
+    """The store cannot do what was asked (disk full, read-only, gone); the
+    message names the store and the cause. Nothing of the change was written."""
+
+
 class SchedulerStore(Protocol):
     """What the framework keeps across restarts, as its users see it (the
     scheduler, the Marathon API). StateStore is the SQLite one; another (on
@@ -78,6 +83,9 @@ class StateStore:
             raise UserError(f"--state_dir {state_dir}: cannot open {self.path}: {e}") from e
         try:
             found = state_migration.upgrade(self, str(self.path))
+        except StoreError as e:
+            self._db.close()
+            raise UserError(f"--state_dir {state_dir}: {e}") from e
         except BaseException:
             self._db.close()
             raise
@@ -90,62 +98,79 @@ class StateStore:
 
     @contextmanager
     def transaction(self) -> Iterator["StateStore"]:
-        """All writes inside commit together or not at all (nesting joins the outer one)."""
+        """All writes inside commit together or not at all (nesting joins the
+        outer one). A write the store refuses raises StoreError."""
         with self._lock:
             if self._depth == 0:
-                self._db.execute("BEGIN IMMEDIATE")
+                self._run("BEGIN IMMEDIATE")
             self._depth += 1
             try:
                 yield self
             except BaseException:
                 self._depth -= 1
                 if self._depth == 0:
-                    self._db.execute("ROLLBACK")
+                    self._rollback()
                 raise
             self._depth -= 1
             if self._depth == 0:
-                self._db.execute("COMMIT")
+                try:
+                    self._run("COMMIT")
+                except StoreError:
+                    self._rollback()
+                    raise
+
+    def _run(self, sql: str, args: tuple = ()) -> sqlite3.Cursor:
+        try:
+            return self._db.execute(sql, args)
+        except sqlite3.Error as e:
+            raise StoreError(f"state store {self.path}: {_cause(e)}") from e
+
+    def _rollback(self) -> None:
+        try:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+        except sqlite3.Error as e:
+            log.warning("state store %s: rollback failed: %s", self.path, e)
 
     # -- records -----------------------------------------------------------
     def put(self, kind: str, key: str, value: dict) -> None:
         text = json.dumps(value, separators=(",", ":"), sort_keys=True)
         with self.transaction():
-            self._db.execute("INSERT OR REPLACE INTO records (kind, key, value) VALUES (?, ?, ?)",
-                             (kind, key, text))
+            self._run("INSERT OR REPLACE INTO records (kind, key, value) VALUES (?, ?, ?)",
+                      (kind, key, text))
 
     def get(self, kind: str, key: str) -> Optional[dict]:
         with self._lock:
-            row = self._db.execute("SELECT value FROM records WHERE kind = ? AND key = ?",
-                                   (kind, key)).fetchone()
+            row = self._run("SELECT value FROM records WHERE kind = ? AND key = ?",
+                            (kind, key)).fetchone()
         return json.loads(row[0]) if row else None
 
     def delete(self, kind: str, key: str) -> None:
         with self.transaction():
-            self._db.execute("DELETE FROM records WHERE kind = ? AND key = ?", (kind, key))
+            self._run("DELETE FROM records WHERE kind = ? AND key = ?", (kind, key))
 
     def items(self, kind: str) -> Dict[str, dict]:
         """All records of one kind, by key, in key order."""
         with self._lock:
-            rows = self._db.execute("SELECT key, value FROM records WHERE kind = ? ORDER BY key",
-                                    (kind,)).fetchall()
+            rows = self._run("SELECT key, value FROM records WHERE kind = ? ORDER BY key",
+                             (kind,)).fetchall()
         return {key: json.loads(value) for key, value in rows}
 
     # -- framework id ------------------------------------------------------
     def framework_id(self) -> Optional[str]:
         """The Mesos framework id this framework registered with, if any."""
         with self._lock:
-            row = self._db.execute("SELECT value FROM meta WHERE name = ?",
-                                   (FRAMEWORK_ID,)).fetchone()
+            row = self._run("SELECT value FROM meta WHERE name = ?", (FRAMEWORK_ID,)).fetchone()
         return row[0] if row else None
 
     def set_framework_id(self, value: Optional[str]) -> None:
         """Remember (or, with None, forget: the master tore the framework down) the id."""
         with self.transaction():
             if value is None:
-                self._db.execute("DELETE FROM meta WHERE name = ?", (FRAMEWORK_ID,))
+                self._run("DELETE FROM meta WHERE name = ?", (FRAMEWORK_ID,))
             else:
-                self._db.execute("INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)",
-                                 (FRAMEWORK_ID, value))
+                self._run("INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)",
+                          (FRAMEWORK_ID, value))
 
     def snapshot(self) -> Dict[str, Dict[str, str]]:
         """Every record and meta value as stored text (tests compare before/after)."""
@@ -156,3 +181,13 @@ class StateStore:
         for kind, key, value in rows:
             out.setdefault(kind, {})[key] = value
         return out
+
+
+def _cause(error: sqlite3.Error) -> str:
+    """SQLite's reason in an operator's words where it has a usual one."""
+    text = str(error)
+    if "full" in text:
+        return f"{text} (the disk holding it is full)"
+    if "readonly" in text or "read-only" in text:
+        return f"{text} (it, or the file system it is on, is read-only)"
+    return text

@@ -17,7 +17,7 @@ import os
 import signal
 import time
 from contextlib import ExitStack, contextmanager
-from typing import Iterator, List, Optional
+from typing import Iterator, List, Optional, Tuple
 
 from isolator import nvml
 from isolator.gpu import Inventory
@@ -94,11 +94,12 @@ class Demo:
         say(f"  master http://{master.address}, agent {agent.id}")
 
         self.step("framework + Marathon API on 127.0.0.1")
-        api_url = self.stack.enter_context(framework_service(master.address, node, engine))
-        say(f"  Marathon API at {api_url}")
+        api_url, credentials = self.stack.enter_context(
+            framework_service(master.address, node, engine))
+        say(f"  Marathon API at {api_url} (HTTP basic auth, credentials in its state dir)")
 
         self.step("submit the example apps through the HTTP API; live progress")
-        api = launch.Api(api_url)
+        api = launch.Api(api_url, auth=credentials)
         apps = (launch.load_apps(["inference"], ["docker"], launch.APPS_DIR, None)
                 + launch.load_apps(["training"], ["mesos"], launch.APPS_DIR, None))
         progress = launch.Progress()
@@ -137,9 +138,10 @@ def simulated_layout_if_needed(library: Optional[str]):
 
 
 @contextmanager
-def framework_service(master: str, node, engine) -> Iterator[str]:
+def framework_service(master: str, node, engine) -> Iterator[Tuple[str, str]]:
     """`mesos-gpu framework` as an operator runs it, with executors pointed at this
-    demo's agent daemon and Docker engine; yields the Marathon API's URL."""
+    demo's agent daemon and Docker engine; yields the Marathon API's URL and the
+    credentials it made in its state dir."""
     from framework.marathon.service import FrameworkService, add_arguments
     parser = argparse.ArgumentParser()
     add_arguments(parser)
@@ -151,7 +153,7 @@ def framework_service(master: str, node, engine) -> Iterator[str]:
     try:
         if not service.scheduler.wait_subscribed(30):
             raise UserError(f"the framework did not subscribe to the master {master}")
-        yield service.http.url
+        yield service.http.url, service.auth.credentials
     finally:
         service.stop()
 

@@ -7,9 +7,7 @@ out. Nothing here talks to the scheduler.
 """
 from typing import Dict, List, Optional, Tuple
 
-from framework.marathon import deployments
-from framework.marathon.app_model import only_scaling
-from framework.marathon.deployments import RESTART, SCALE, START, STOP
+from framework.marathon.deployments import only_scaling
 from framework.marathon.registry import Registry
 from framework.marathon.validation import message, task_not_found
 from framework.task_record import TaskRecord
@@ -28,49 +26,53 @@ class AppService:
             app_id = app["id"]
             if app_id in r.apps:
                 raise message(409, f"An app with id [{app_id}] already exists.")
-            r.check_lock(app_id, force)
             now = r.now()
-            app = self._versioned(app, None, now)
-            plan = deployments.new_plan(app_id, START, now, None, app)
-            r.events.publish("api_post_event", clientIp="", uri=f"/v2/apps{app_id}",
-                             appDefinition=app)
-            r.commit(app_id, app, plan)
+            app = self.versioned(app, None, now)
+            plan = r.change({app_id: app}, {}, now, force, posted=[app])
             return app, plan
 
     def update(self, app_id: str, app: dict, force: bool) -> Tuple[dict, bool]:
         """Replace (or create) the app; returns the plan and whether it was created."""
+        plan, created = self.update_many([app], force)
+        return plan, created[0]
+
+    def update_many(self, apps: List[dict], force: bool) -> Tuple[dict, List[bool]]:
+        """Replace (or create) several apps as one deployment (PUT/PATCH /v2/apps)."""
         r = self.registry
         with r.lock:
-            old = r.apps.get(app_id)
-            r.check_lock(app_id, force)
             now = r.now()
-            app = self._versioned(app, old, now)
-            action = START if old is None else (SCALE if only_scaling(old, app) else RESTART)
-            plan = deployments.new_plan(app_id, action, now, old, app)
-            r.events.publish("api_post_event", clientIp="", uri=f"/v2/apps{app_id}",
-                             appDefinition=app)
-            r.commit(app_id, app, plan)
-            return plan, old is None
+            changes: Dict[str, Optional[dict]] = {}
+            ports: set = set()
+            for app in apps:
+                changes[app["id"]] = self.versioned(app, r.apps.get(app["id"]), now, ports)
+            plan = r.change(changes, {}, now, force, posted=list(changes.values()))
+            return plan, [plan["original"].get(a["id"]) is None for a in apps]
+
+    def rollback(self, app_id: str, version: str, force: bool) -> dict:
+        """PUT /v2/apps/{id} with {"version": ...}: the app as it was then."""
+        r = self.registry
+        with r.lock:
+            current = r.app(app_id)
+            stored = r.history.app_at(app_id, version)
+            if stored is None:
+                raise message(404, f"App '{app_id}' does not exist in version {version}")
+            now = r.now()
+            app = {k: v for k, v in stored.items() if k not in ("version", "versionInfo")}
+            return r.change({app_id: self.versioned(app, current, now)}, {}, now, force)
 
     def delete(self, app_id: str, force: bool) -> dict:
         r = self.registry
         with r.lock:
-            old = r.app(app_id)
-            r.check_lock(app_id, force)
-            plan = deployments.new_plan(app_id, STOP, r.now(), old, None)
-            r.commit(app_id, None, plan)
-            return plan
+            r.app(app_id)
+            return r.change({app_id: None}, {}, r.now(), force)
 
     def restart(self, app_id: str, force: bool) -> dict:
         r = self.registry
         with r.lock:
             old = r.app(app_id)
-            r.check_lock(app_id, force)
             now = r.now()
             app = dict(old, version=now, versionInfo=dict(old["versionInfo"], lastConfigChangeAt=now))
-            plan = deployments.new_plan(app_id, RESTART, now, old, app)
-            r.commit(app_id, app, plan)
-            return plan
+            return r.change({app_id: app}, {}, now, force, restart=[app_id])
 
     def scale_by(self, app_id: str, delta: int, force: bool) -> dict:
         with self.registry.lock:
@@ -79,9 +81,25 @@ class AppService:
             plan, _ = self.update(app_id, app, force)
             return plan
 
-    def _versioned(self, app: dict, old: Optional[dict], now: str) -> dict:
+    def versions(self, app_id: str) -> List[str]:
+        with self.registry.lock:
+            self.registry.app(app_id)
+            return self.registry.history.app_versions(app_id)
+
+    def at_version(self, app_id: str, version: str) -> dict:
+        with self.registry.lock:
+            self.registry.app(app_id)
+            app = self.registry.history.app_at(app_id, version)
+        if app is None:
+            raise message(404, f"App '{app_id}' does not exist in version {version}")
+        return app
+
+    def versioned(self, app: dict, old: Optional[dict], now: str,
+                  ports: Optional[set] = None) -> dict:
+        """`app` as version `now` of itself (`old`: the version it replaces);
+        `ports`: service ports already given to other apps of the same change."""
         app = dict(app, version=now)
-        app["portDefinitions"] = self._service_ports(app, old)
+        app["portDefinitions"] = self._service_ports(app, old, ports if ports is not None else set())
         if old is None:
             app["versionInfo"] = {"lastScalingAt": now, "lastConfigChangeAt": now}
         else:
@@ -89,10 +107,11 @@ class AppService:
             app["versionInfo"] = {"lastScalingAt": now, "lastConfigChangeAt": config}
         return app
 
-    def _service_ports(self, app: dict, old: Optional[dict]) -> List[dict]:
-        """Port 0 in a port definition gets a free service port (10000-20000), kept across updates."""
+    def _service_ports(self, app: dict, old: Optional[dict], taken: set) -> List[dict]:
+        """Port 0 in a port definition gets a free service port (10000-20000),
+        kept across updates; the ports given are added to `taken`."""
         used = {d["port"] for other in self.registry.apps.values() if other["id"] != app["id"]
-                for d in other.get("portDefinitions", ())}
+                for d in other.get("portDefinitions", ())} | taken
         previous = [d["port"] for d in (old or {}).get("portDefinitions", ())]
         out, candidate = [], SERVICE_PORT_MIN
         for i, definition in enumerate(app["portDefinitions"]):
@@ -105,12 +124,13 @@ class AppService:
                         candidate += 1
                     definition["port"] = candidate
                 used.add(definition["port"])
+                taken.add(definition["port"])
             out.append(definition)
         return out
 
     # -- deployments ------------------------------------------------------------------
     def cancel(self, plan_id: str, force: bool) -> Optional[dict]:
-        """Stop a deployment; without force roll the app back (returns that plan)."""
+        """Stop a deployment; without force roll its changes back (returns that plan)."""
         r = self.registry
         with r.lock:
             plan = r.plans.get(plan_id)
@@ -119,16 +139,16 @@ class AppService:
             if force:
                 r.drop_plan(plan_id)
                 return None
-            app_id, original = plan["appId"], plan["original"]
             now = r.now()
-            if original is None:
-                rollback = deployments.new_plan(app_id, STOP, now, plan["target"], None)
-                r.commit(app_id, None, rollback)
-            else:
-                app = dict(original, version=now)
-                rollback = deployments.new_plan(app_id, RESTART, now, plan["target"], app)
-                r.commit(app_id, app, rollback)
-            return rollback
+            apps: Dict[str, Optional[dict]] = {}
+            for app_id, original in plan["original"].items():
+                if original is None:
+                    apps[app_id] = None
+                else:
+                    current = r.apps.get(app_id)
+                    app = {k: v for k, v in original.items() if k not in ("version", "versionInfo")}
+                    apps[app_id] = self.versioned(app, current, now)
+            return r.change(apps, dict(plan["groupsBefore"]), now, force=True)
 
     def reset_delay(self, app_id: str) -> None:
         r = self.registry
@@ -163,8 +183,8 @@ class AppService:
             return chosen, plan
 
     def kill_many(self, task_ids: List[str], scale: bool, force: bool) -> Optional[dict]:
-        """POST /v2/tasks/delete: all ids checked first; with scale one scale-down
-        per app, all in one transaction. Returns the last plan (scale) or None."""
+        """POST /v2/tasks/delete: all ids checked first; with scale one deployment
+        scaling each app down. Returns that plan (scale) or None."""
         r = self.registry
         with r.lock:
             tasks = []
@@ -178,11 +198,12 @@ class AppService:
                 per_app[task.app_id] = per_app.get(task.app_id, 0) + 1
             plan = None
             if scale:
-                for app_id in per_app:
-                    r.check_lock(app_id, force)
-                with r.store.transaction():
-                    for app_id, count in per_app.items():
-                        plan = self.scale_by(app_id, -count, force=True)
+                r.check_lock(per_app, force)
+                now = r.now()
+                changes = {app_id: self.versioned(dict(r.apps[app_id], instances=max(
+                    0, r.apps[app_id]["instances"] - count)), r.apps[app_id], now)
+                    for app_id, count in per_app.items()}
+                plan = r.change(changes, {}, now, force=True)
             for task in tasks:
                 r.request_kill(task.id)
             return plan

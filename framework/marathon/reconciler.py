@@ -18,7 +18,7 @@ import threading
 from typing import Any, Dict, List, Optional, Tuple
 
 from framework.marathon import deployments, task_builder
-from framework.marathon.deployments import STOP
+from framework.marathon.deployments import START, STOP
 from framework.marathon.registry import Backoff, Registry
 from framework.task_record import FAILED_STATES, RUNNING, TaskRecord
 from framework.task_spec import TaskSpec
@@ -43,6 +43,7 @@ class Reconciler:
             scheduler.on_update(self._on_update)
         with registry.lock:
             self._refresh()             # the tasks the scheduler recovered, before the API serves
+            self._advance_plans(finish=False)
         log.info("tasks on record: %d", len(registry.tasks))
 
     # -- lifecycle ------------------------------------------------------------------
@@ -126,6 +127,8 @@ class Reconciler:
         r = self.registry
         before = r.tasks.get(record.id)
         r.tasks[record.id] = record
+        if before != record:
+            r.touched()
         if before is None or before.state != record.state:
             r.events.publish("status_update_event", slaveId=record.agent_id or "",
                              taskId=record.id, taskStatus=record.state,
@@ -156,7 +159,8 @@ class Reconciler:
             "version": record.app_version, "slaveId": record.agent_id or ""}
 
     def _forget(self, task_id: str) -> None:
-        self.registry.tasks.pop(task_id, None)
+        if self.registry.tasks.pop(task_id, None) is not None:
+            self.registry.touched()
         self.registry.kill_requested.pop(task_id, None)
 
     # -- decisions ----------------------------------------------------------------------
@@ -172,7 +176,10 @@ class Reconciler:
             for app_id, tasks in by_app.items():
                 if app_id not in r.apps:
                     kills.extend(t.id for t in tasks)
+            r.held = self._held()
             for app in r.apps.values():
+                if app["id"] in r.held:
+                    continue        # its deployment step has not come: wait for its dependencies
                 app_launches, app_kills = self._plan_app(app, by_app.get(app["id"], []))
                 launches.extend(app_launches)
                 kills.extend(app_kills)
@@ -269,26 +276,56 @@ class Reconciler:
                 self.wake()
 
     # -- deployments ----------------------------------------------------------------------
-    def _finish_plans(self) -> None:
+    def _held(self) -> set:
+        """Apps in a step of their deployment after its current one."""
         r = self.registry
-        with r.lock:
-            for plan in list(r.plans.values()):
-                if self._plan_done(plan):
-                    r.drop_plan(plan["id"])
-                    r.events.publish("deployment_success", id=plan["id"],
-                                     plan=deployments.to_json(plan))
-                    if plan["action"] == STOP:
-                        r.events.publish("app_terminated_event", appId=plan["appId"])
+        held = set()
+        for plan in r.plans.values():
+            for step in plan["steps"][r.progress.get(plan["id"], 0) + 1:]:
+                held.update(action["app"] for action in step)
+        return held
 
-    def _plan_done(self, plan: dict) -> bool:
+    def _finish_plans(self) -> None:
+        with self.registry.lock:
+            self._advance_plans(finish=True)
+
+    def _advance_plans(self, finish: bool) -> None:
+        """Move each deployment to its first step not done; with `finish`, drop
+        the ones with every step done."""
         r = self.registry
-        app_id = plan["appId"]
-        live = [t for t in r.tasks.values() if t.app_id == app_id and t.alive]
-        if plan["target"] is None:
-            return not live
-        app = r.apps.get(app_id)
-        if app is None:
+        live: Dict[str, List[TaskRecord]] = {}
+        for task in r.tasks.values():
+            if task.alive:
+                live.setdefault(task.app_id, []).append(task)
+        for plan in list(r.plans.values()):
+            step = r.progress.get(plan["id"], 0)
+            while step < len(plan["steps"]) and all(
+                    self._action_done(action, live.get(action["app"], []))
+                    for action in plan["steps"][step]):
+                step += 1
+            if step != r.progress.get(plan["id"], 0):
+                r.progress[plan["id"]] = step
+                r.touched()
+                r.wake()            # apps of the next step may start now
+            if step < len(plan["steps"]) or not finish:
+                continue
+            r.drop_plan(plan["id"])
+            r.events.publish("deployment_success", id=plan["id"],
+                             plan=deployments.to_json(plan, step))
+            for app_id, target in plan["target"].items():
+                if target is None:
+                    r.events.publish("app_terminated_event", appId=app_id)
+
+    def _action_done(self, action: dict, live: List[TaskRecord]) -> bool:
+        """A stopped app has no live task; a started one exists; a scaled or
+        restarted one runs exactly its instances, all of its current config."""
+        if action["action"] == STOP:
+            return not live and action["app"] not in self.registry.apps
+        if action["action"] == START:
             return True
+        app = self.registry.apps.get(action["app"])
+        if app is None:
+            return True                 # removed by a later deployment
         config = app["versionInfo"]["lastConfigChangeAt"]
         running = [t for t in live if t.state == RUNNING and t.config_version == config]
         return len(live) == app["instances"] and len(running) == app["instances"]

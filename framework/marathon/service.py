@@ -12,12 +12,16 @@ import os
 import shutil
 import signal
 import threading
+import time
 from typing import Any, Callable, Optional
 
-from framework.marathon.app_service import AppService
+from framework.leadership import SingleInstance
+from framework.marathon.api_context import ApiContext
+from framework.marathon.metrics import Metrics
 from framework.marathon.events import EventBus
 from framework.marathon.http_api import VERSION, MarathonApi
-from framework.marathon.security import DEFAULT_MAX_BODY_BYTES, Authenticator, DockerPolicy
+from framework.marathon.security import (CREDENTIALS_FILE, DEFAULT_MAX_BODY_BYTES, Authenticator,
+                                         DockerPolicy)
 from framework.marathon.reconciler import Reconciler
 from framework.marathon.registry import Registry
 from framework.marathon.server import MarathonHttpServer
@@ -25,6 +29,7 @@ from framework.state_store import StateStore
 from common import instance_lock
 from volumes.cli import non_empty
 from common.errors import UserError
+from framework.task_record import RUNNING
 from framework.timestamps import format_timestamp
 
 log = logging.getLogger(__name__)
@@ -48,9 +53,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f"(default {DEFAULT_STATE_DIR})")
     auth = p.add_mutually_exclusive_group()
     auth.add_argument("--http_credentials", metavar="USER:PASSWORD",
-                      help="require HTTP basic auth with these credentials")
+                      help="require HTTP basic auth with these credentials (default: basic auth "
+                           f"with the credentials in <state_dir>/{CREDENTIALS_FILE}, made at the "
+                           "first start, mode 0600)")
     auth.add_argument("--http_token_file", metavar="FILE",
                       help="require 'Authorization: Bearer <token>' with the token in FILE")
+    auth.add_argument("--http_open", action="store_true",
+                      help="serve the API without authentication: every local process, each "
+                           "task with host networking included, can then change apps")
     p.add_argument("--allow_docker_parameters", action="append", metavar="NAME[,NAME...]",
                    help="Docker options apps may use although they grant host access "
                         "(e.g. cap-add,device); 'privileged' also admits docker.privileged, "
@@ -89,19 +99,26 @@ class FrameworkService:
         from framework.mesos_driver import check_master     # pymesos: only when it runs
         check_master(args.master)
         self.args = args
-        self.auth = Authenticator.from_args(args.http_credentials, args.http_token_file)
+        explicit = Authenticator.from_args(args.http_credentials, args.http_token_file)
         self.policy = DockerPolicy.from_names(args.allow_docker_parameters)
         made = _first_missing(args.state_dir)
         self.store = StateStore(args.state_dir)
         self._lock_fd: Optional[int] = None
         try:
             self._lock_fd = _hold_lock(args.state_dir)
+            self.auth = explicit if explicit.enabled or args.http_open else \
+                Authenticator.from_state_dir(args.state_dir)
             self.events = EventBus()
             factory = scheduler_factory or default_scheduler_factory
             self.scheduler = factory(args, self.store)
             self.registry = Registry(self.store, self.events)
             self.reconciler = Reconciler(self.registry, self.scheduler)
-            self.api = MarathonApi(self.registry, AppService(self.registry), self.policy, self.info)
+            self.leadership = SingleInstance(self._address)
+            self.leadership.on_lost(self._lose_leadership)
+            self.leadership.on_elected(self._take_leadership)
+            self.metrics = self._metrics()
+            self.api = MarathonApi(ApiContext.build(self.registry, self.policy, self.info,
+                                                    self.leadership, self.metrics))
             try:
                 self.http = MarathonHttpServer((args.http_address, args.http_port), self.api,
                                                self.events, self.auth, args.max_body_bytes)
@@ -118,16 +135,51 @@ class FrameworkService:
         self.started_at = format_timestamp()
 
     def start(self) -> "FrameworkService":
-        if self.scheduler is not None and hasattr(self.scheduler, "start"):
-            self.scheduler.start()
+        self.leadership.start()         # elected: the scheduler subscribes
         self.reconciler.start()
         self.http.start()
-        log.info("Marathon API on %s (auth %s, docker host-access parameters allowed: %s); "
-                 "master %s, state %s", self.http.url,
-                 "on" if self.auth.enabled else "off",
+        log.info("Marathon API on %s (%s; docker host-access parameters allowed: %s); "
+                 "master %s, state %s", self.http.url, self.auth.describe(),
                  ",".join(sorted(self.policy.allowed)) or "none", self.args.master,
                  self.store.path)
         return self
+
+    def _address(self) -> str:
+        host, port = self.http.server_address[:2]
+        return f"{host}:{port}"
+
+    def _take_leadership(self) -> None:
+        if self.scheduler is not None and hasattr(self.scheduler, "start"):
+            self.scheduler.start()
+
+    def _lose_leadership(self) -> None:
+        """Disconnect from Mesos, failing over: the framework and its tasks stay."""
+        if self.scheduler is not None and hasattr(self.scheduler, "stop"):
+            self.scheduler.stop()
+
+    def _metrics(self) -> Metrics:
+        metrics = Metrics()
+        registry = self.registry
+        started = time.monotonic()
+
+        def locked(read: Callable[[], float]) -> Callable[[], float]:
+            def value() -> float:
+                with registry.lock:
+                    return read()
+            return value
+
+        metrics.gauge("marathon.apps.active.gauge", locked(lambda: len(registry.apps)))
+        metrics.gauge("marathon.groups.active.gauge", locked(lambda: len(registry.groups)))
+        metrics.gauge("marathon.pods.active.gauge", lambda: 0)
+        metrics.gauge("marathon.deployments.active.gauge", locked(lambda: len(registry.plans)))
+        metrics.gauge("marathon.instances.running.gauge", locked(lambda: sum(
+            1 for t in registry.tasks.values() if t.state == RUNNING)))
+        metrics.gauge("marathon.instances.staged.gauge", locked(lambda: sum(
+            1 for t in registry.tasks.values() if t.alive and t.state != RUNNING)))
+        metrics.gauge("marathon.instances.launch-overdue.gauge",
+                      locked(lambda: sum(count for _, count, _ in registry.queued())))
+        metrics.gauge("marathon.uptime.gauge.seconds", lambda: time.monotonic() - started)
+        return metrics
 
     def stop(self) -> None:
         log.info("stopping: HTTP server, reconciler, scheduler (failover: tasks keep running)")
@@ -147,7 +199,7 @@ class FrameworkService:
         host, port = self.http.server_address[:2]
         return {
             "name": "marathon", "version": VERSION, "buildref": "mesos-gpu",
-            "elected": True, "leader": f"{host}:{port}",
+            "elected": self.leadership.is_leader(), "leader": self.leadership.leader(),
             "frameworkId": self.store.framework_id(),
             "marathon_config": {
                 "master": self.args.master, "framework_name": self.args.framework_name,

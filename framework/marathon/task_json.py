@@ -1,9 +1,16 @@
 """Marathon's task JSON (`/v2/tasks`, `/v2/apps/{id}/tasks`, embedded tasks),
-written from the framework's TaskRecord."""
+written from the framework's TaskRecord with every field of Marathon 1.10's
+`types/task.raml` Task it can fill: `role` (the role its resources were
+offered to), `region`/`zone` (from the agent's fault domain, when the agent
+has one), `healthCheckResults` and `localVolumes` (none: neither is supported
+here). `checkResult` is left out, as Marathon does for tasks without a check."""
 from typing import Iterable
 
+from framework.constraints import REGION_FIELD, ZONE_FIELD
 from framework.task_record import TaskRecord
 from framework.timestamps import format_timestamp
+
+DEFAULT_ROLE = "*"
 
 
 def task_json(task: TaskRecord, service_ports: Iterable[int] = (), with_gpus: bool = False) -> dict:
@@ -12,9 +19,14 @@ def task_json(task: TaskRecord, service_ports: Iterable[int] = (), with_gpus: bo
     out = {"id": task.id, "appId": task.app_id, "host": task.hostname or "",
            "slaveId": task.agent_id or "", "state": task.state,
            "stagedAt": format_timestamp(task.staged_at), "version": task.app_version,
-           "ports": [], "servicePorts": list(service_ports), "ipAddresses": []}
+           "ports": [], "servicePorts": list(service_ports), "ipAddresses": [],
+           "healthCheckResults": [], "localVolumes": [], "role": task.role or DEFAULT_ROLE}
     if task.started_at is not None:
         out["startedAt"] = format_timestamp(task.started_at)
+    if REGION_FIELD in task.agent_fields:
+        out["region"] = task.agent_fields[REGION_FIELD]
+    if ZONE_FIELD in task.agent_fields:
+        out["zone"] = task.agent_fields[ZONE_FIELD]
     if with_gpus:
         out["gpuUuids"] = list(task.gpus)
     return out

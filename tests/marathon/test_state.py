@@ -113,6 +113,10 @@ QUEUED, RUNNING, ORPHAN = ("vision_train.1d26a233-7c2a-49f7-b4a9-962c68e5babd",
                            "vision_train.0000aaaa-0000-4000-8000-000000000000")
 V1_RECORDS = {
     ("app", "/vision/train"): V1_APP,
+    ("deployment", "6143ea5e-2391-412f-aab9-7f54a84e6149"): {
+        "id": "6143ea5e-2391-412f-aab9-7f54a84e6149", "version": V1_APP["version"],
+        "appId": "/vision/train", "action": "StartApplication", "original": None,
+        "target": V1_APP},
     ("app_task", QUEUED): {"appId": "/vision/train", "configVersion": "2026-11-23T20:08:14.589Z",
                            "stagedAt": "2026-11-23T20:08:14.590Z",
                            "version": "2026-11-23T20:08:14.589Z"},
@@ -152,9 +156,20 @@ def test_layout_1_state_is_upgraded_to_one_record_per_task_and_nothing_is_lost(t
     write_v1_state(tmp_path / "state")
     store = StateStore(tmp_path / "state")
     kinds = store.snapshot()
-    assert set(kinds) == {"meta", "app", "task", "store"}          # app_task, scheduler.task gone
+    assert set(kinds) == {"meta", "app", "task", "store", "deployment", "group",  # no app_task,
+                          "app_version:/vision/train", "group_version:/",        # no scheduler.task
+                          "group_version:/vision"}
     assert kinds["meta"] == {"framework_id": "fw-from-layout-1"}
     assert store.items(APP) == {"/vision/train": V1_APP}
+    # layout 3: the groups its app ids imply, its versions, its deployment in steps
+    assert store.items("group") == {
+        "/": {"id": "/", "dependencies": [], "version": V1_APP["version"]},
+        "/vision": {"id": "/vision", "dependencies": [], "version": V1_APP["version"]}}
+    assert store.items("app_version:/vision/train") == {V1_APP["version"]: V1_APP}
+    plan = store.items("deployment")["6143ea5e-2391-412f-aab9-7f54a84e6149"]
+    assert plan["steps"] == [[{"action": "StartApplication", "app": "/vision/train"}],
+                             [{"action": "ScaleApplication", "app": "/vision/train"}]]
+    assert plan["original"] == {"/vision/train": None} and plan["target"] == {"/vision/train": V1_APP}
     tasks = store.items(TASK)
     assert set(tasks) == {QUEUED, RUNNING, "batch.1"}               # the orphan was never submitted
     for key in tasks:                                                # every old field kept as it was
@@ -215,7 +230,7 @@ def test_a_failed_upgrade_leaves_layout_1_untouched(tmp_path):
     assert after == before
     store = StateStore(tmp_path / "state")                           # the next start upgrades it
     assert state_migration.layout_of(store) == state_migration.CURRENT_LAYOUT
-    assert len(store.items(TASK)) == 3
+    assert len(store.items(TASK)) == 3 and len(store.items("group")) == 2
     store.close()
 
 
@@ -234,5 +249,8 @@ def test_framework_started_on_a_layout_1_state_serves_its_tasks(start_framework,
     service = start_framework(state)
     api = client_of(service)
     assert api.get("/v2/apps/vision/train").json["app"]["instances"] == 2
+    assert [d["affectedApps"] for d in api.get("/v2/deployments").json] == [["/vision/train"]]
+    assert api.get("/v2/apps/vision/train/versions").json == {"versions": [V1_APP["version"]]}
+    assert [g["id"] for g in api.get("/v2/groups").json["groups"]] == ["/vision"]
     service.reconciler.reconcile()
     assert set(service.store.items(TASK)) == {QUEUED, RUNNING, "batch.1"}   # none added, none lost
