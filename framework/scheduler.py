@@ -45,7 +45,7 @@ from framework.constraints import offer_fields
 from framework.driver_supervisor import DriverSupervisor
 from framework.matching import RESTRICTED, Matcher, gpu_behavior
 from framework.mesos_driver import MISSED_HEARTBEATS, SchedulerDriver
-from framework.state_store import SchedulerStore
+from framework.state_store import SchedulerStore, StoreError
 from framework.task_record import (PENDING, RECORD_KIND, RETRYABLE_STATES, RUNNING,
                                    TERMINAL_STATES, TaskRecord, attempt_task_id)
 from framework.task_spec import TaskSpec
@@ -172,8 +172,8 @@ class GpuScheduler:
                 raise UserError(f"task {spec.id}: a task with this id already exists")
             record = TaskRecord(spec=spec, message="waiting for a matching offer",
                                 app_version=app_version, config_version=config_version)
+            self._save(record)          # a store that refuses it: no task, nothing to undo
             self._records[spec.id] = record
-            self._save(record)
             copy = record.copy()
         log.info("task %s queued (%s, %g cpus, %g MB, %d GPUs)", spec.id, spec.container,
                  spec.cpus, spec.mem, spec.gpus)
@@ -336,6 +336,23 @@ class GpuScheduler:
         out) and build their TaskInfos."""
         framework_id = self.store.framework_id() or ""
         launches: dict[str, list[dict]] = {}
+        before = {spec.id: self._records[spec.id].copy()
+                  for specs in placements.values() for spec in specs}
+        try:
+            self._stage(placements, offers, framework_id, launches)
+        except StoreError as e:
+            # Nothing was written: the tasks wait for the next offer, as they were.
+            log.error("not launching %d task(s): %s", len(before), e)
+            for task_id, record in before.items():
+                self._by_mesos_id.pop(self._records[task_id].mesos_task_id, None)
+                self._records[task_id] = record
+                if record.mesos_task_id:
+                    self._by_mesos_id[record.mesos_task_id] = task_id
+            return {}
+        return launches
+
+    def _stage(self, placements: Mapping[str, list[TaskSpec]], offers: Mapping[str, dict],
+               framework_id: str, launches: dict[str, list[dict]]) -> None:
         with self.store.transaction():
             for offer_id, specs in placements.items():
                 offer = offers[offer_id]
@@ -353,7 +370,6 @@ class GpuScheduler:
                     self._set_state(record, "TASK_STAGING", f"launching on {record.hostname}")
                     launches.setdefault(offer_id, []).append(taskinfo.build(
                         spec, agent_id, framework_id, self.config.executor, record.mesos_task_id))
-        return launches
 
     def _decline(self, offers: list[dict]) -> None:
         if offers:

@@ -19,7 +19,7 @@ import logging
 from typing import Any, Callable, Protocol
 
 from common.errors import UserError
-from framework.timestamps import parse_timestamp
+from framework.timestamps import format_timestamp, parse_timestamp
 
 log = logging.getLogger(__name__)
 
@@ -102,8 +102,8 @@ def _groups_versions_and_steps(store: Records) -> None:
             group["version"] = max(group["version"], app["version"])
         store.put("app_version:" + app_id, app["version"], app)
     for group_id, group in groups.items():
-        if not group["version"]:
-            group["version"] = "1970-01-01T00:00:00.000Z"
+        if not group["version"]:            # no app below it (a new state): now
+            group["version"] = format_timestamp()
         children_apps = {a: apps[a]["version"] for a in apps if _parent(a) == group_id}
         children_groups = {g: groups[g]["version"] for g in groups
                            if g != "/" and _parent(g) == group_id}

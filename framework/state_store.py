@@ -14,8 +14,10 @@ of a change. Group several writes into one atomic change with `transaction()`.
 Used from several threads (HTTP handlers, the pymesos callback thread): one
 connection guarded by a re-entrant lock.
 """
+import errno
 import json
 import logging
+import os
 import sqlite3
 import threading
 from contextlib import contextmanager
@@ -123,7 +125,7 @@ class StateStore:
         try:
             return self._db.execute(sql, args)
         except sqlite3.Error as e:
-            raise StoreError(f"state store {self.path}: {_cause(e)}") from e
+            raise StoreError(f"state store {self.path}: {_cause(e, self.path)}") from e
 
     def _rollback(self) -> None:
         try:
@@ -183,11 +185,26 @@ class StateStore:
         return out
 
 
-def _cause(error: sqlite3.Error) -> str:
-    """SQLite's reason in an operator's words where it has a usual one."""
+def _cause(error: sqlite3.Error, path: Path) -> str:
+    """SQLite's reason, with what the file system says where that explains it
+    (SQLite reports a file system turned read-only as a mere I/O error): a
+    probe file is made and removed next to the database."""
     text = str(error)
+    probe = path.parent / f".write-probe-{os.getpid()}"
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT, 0o600))
+    except OSError as e:
+        reason = {errno.EROFS: "the file system holding it is read-only",
+                  errno.ENOSPC: "the file system holding it is full",
+                  errno.EDQUOT: "the disk quota is used up",
+                  errno.EACCES: "it is not writable by this user",
+                  errno.EPERM: "it is not writable by this user"}.get(e.errno)
+        return f"{text} ({reason})" if reason else f"{text} ({e.strerror})"
+    finally:
+        try:
+            os.unlink(probe)
+        except OSError:
+            pass
     if "full" in text:
-        return f"{text} (the disk holding it is full)"
-    if "readonly" in text or "read-only" in text:
-        return f"{text} (it, or the file system it is on, is read-only)"
+        return f"{text} (the file system holding it is full)"
     return text
