@@ -1,6 +1,6 @@
 """`/v2/groups`: trees of apps, created, changed, scaled, rolled back and
 removed as one deployment each."""
-from typing import Optional
+from typing import List, Optional
 
 from framework.marathon import app_model, deployments, groups, ids
 from framework.marathon.api_apps import deployment
@@ -127,21 +127,35 @@ class GroupsResource:
         for child in all_groups:
             if child != groups.ROOT:
                 children.setdefault(groups.parent(child), ([], []))[1].append(child)
-        def text(gid: str) -> str:
+        parts: List[str] = []
+        view = self.api.view
+
+        def add(gid: str) -> None:
             group = all_groups[gid]
             app_ids, group_ids = children.get(gid, ([], []))
-            parts = ['"id":' + compact(gid)]
+            parts.append('{"id":' + compact(gid))
             if "group.apps" in group_embeds:
-                parts.append('"apps":[' + ",".join(
-                    self._app_text(apps[a], app_embeds, with_gpus, index) for a in sorted(app_ids)) + "]")
+                parts.append(',"apps":[')
+                for i, app_id in enumerate(sorted(app_ids)):
+                    if i:
+                        parts.append(",")
+                    if app_embeds:
+                        parts.append(self._app_text(apps[app_id], app_embeds, with_gpus, index))
+                    else:
+                        view.definition_parts(apps[app_id], parts)
+                parts.append("]")
             if "group.groups" in group_embeds:
-                parts.append('"groups":[' + ",".join(text(c) for c in sorted(group_ids)) + "]")
-            parts.append('"pods":[]')
-            parts.append('"dependencies":' + compact(group["dependencies"]))
-            parts.append('"version":' + compact(group["version"]))
-            return "{" + ",".join(parts) + "}"
+                parts.append(',"groups":[')
+                for i, sub in enumerate(sorted(group_ids)):
+                    if i:
+                        parts.append(",")
+                    add(sub)
+                parts.append("]")
+            parts.append(',"pods":[],"dependencies":' + compact(group["dependencies"])
+                         + ',"version":' + compact(group["version"]) + "}")
 
-        return text(group_id)
+        add(group_id)
+        return "".join(parts)
 
     def _app_text(self, app: dict, embeds: Optional[set], with_gpus: bool, index) -> str:
         """An app in a group: its bare definition unless `group.apps.*` embeds ask for more

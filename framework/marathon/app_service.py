@@ -110,8 +110,8 @@ class AppService:
     def _service_ports(self, app: dict, old: Optional[dict], taken: set) -> List[dict]:
         """Port 0 in a port definition gets a free service port (10000-20000),
         kept across updates; the ports given are added to `taken`."""
-        used = {d["port"] for other in self.registry.apps.values() if other["id"] != app["id"]
-                for d in other.get("portDefinitions", ())} | taken
+        used = {port for port, owner in self.registry.port_owners.items()
+                if owner != app["id"]} | taken
         previous = [d["port"] for d in (old or {}).get("portDefinitions", ())]
         out, candidate = [], SERVICE_PORT_MIN
         for i, definition in enumerate(app["portDefinitions"]):

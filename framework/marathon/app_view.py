@@ -20,6 +20,9 @@ FAILURE_EMBEDS = {"lastTaskFailure", "failures"}
 STATUS_EMBEDS = {"counts", "deployments", "tasks", "failures", "lastTaskFailure",
                  "readiness", "taskStats"}
 ANSWERS_KEPT = 16
+IDLE = ('"tasksStaged":0,"tasksRunning":0,"tasksHealthy":0,"tasksUnhealthy":0,'
+        '"deployments":[]}')
+IDLE_WITH_TASKS = IDLE[:-1] + ',"tasks":[]}'
 
 
 def compact(value) -> str:
@@ -29,7 +32,7 @@ def compact(value) -> str:
 class AppView:
     def __init__(self, registry: Registry) -> None:
         self.registry = registry
-        self._texts: Dict[str, Tuple[dict, str]] = {}     # app id -> (stored app, its JSON text)
+        self._texts: Dict[str, Tuple[dict, str, str, Dict[str, str]]] = {}   # by app id
         self._answers: Dict[tuple, bytes] = {}
         self._answers_generation = -1
 
@@ -61,13 +64,39 @@ class AppView:
     def app_text(self, app: dict, embeds: Optional[set], with_gpus: bool, index) -> str:
         """One app as JSON text: its definition serialized once per stored
         version, the status fields (when `embeds` is not None) fresh."""
+        parts: List[str] = []
+        self._app_parts(app, embeds, with_gpus, index, parts)
+        return "".join(parts)
+
+    def _definition(self, app: dict) -> Tuple[dict, str, str, Dict[str, str]]:
         cached = self._texts.get(app["id"])
         if cached is None or cached[0] is not app:
-            cached = (app, compact(app_model.to_json(app)))
+            text = compact(app_model.to_json(app))
+            # the definition; ready for more fields; with the status of an idle app
+            cached = (app, text, text[:-1] + ",", {})
             self._texts[app["id"]] = cached
+        return cached
+
+    def definition_parts(self, app: dict, parts: List[str]) -> None:
+        parts.append(self._definition(app)[1])
+
+    def _app_parts(self, app: dict, embeds: Optional[set], with_gpus: bool, index,
+                   parts: List[str]) -> None:
         if embeds is None:
-            return cached[1]
-        return cached[1][:-1] + "," + compact(self.status(app, embeds, with_gpus, index))[1:]
+            parts.append(self._definition(app)[1])
+            return
+        parts.append(self._definition(app)[2])
+        parts.append(self._status_text(app, embeds, with_gpus, index))
+
+    def _status_text(self, app: dict, embeds: set, with_gpus: bool, index) -> str:
+        """The status fields and the closing brace. An app without tasks,
+        deployments or failure (most of a large listing) takes a constant."""
+        plans, tasks = index
+        app_id = app["id"]
+        if app_id not in plans and app_id not in tasks and (
+                not embeds & FAILURE_EMBEDS or app_id not in self.registry.last_failure):
+            return IDLE_WITH_TASKS if embeds & TASK_EMBEDS else IDLE
+        return compact(self.status(app, embeds, with_gpus, index))[1:]
 
     # -- whole answers ---------------------------------------------------------------------
     def answer(self, key: tuple, build: Callable[[], str]) -> bytes:
@@ -77,7 +106,8 @@ class AppView:
             self._answers = {}
             self._answers_generation = self.registry.generation
             live = self.registry.apps
-            self._texts = {i: t for i, t in self._texts.items() if i in live}
+            if len(self._texts) > len(live) + 64:      # forget the texts of removed apps
+                self._texts = {i: t for i, t in self._texts.items() if i in live}
         body = self._answers.get(key)
         if body is None:
             body = build().encode()
@@ -88,4 +118,23 @@ class AppView:
 
     def list_text(self, apps: List[dict], embeds: Optional[set], with_gpus: bool) -> str:
         index = self.registry.by_app()
-        return "[" + ",".join(self.app_text(a, embeds, with_gpus, index) for a in apps) + "]"
+        plans, tasks = index
+        failures = self.registry.last_failure if embeds and embeds & FAILURE_EMBEDS else {}
+        idle = IDLE_WITH_TASKS if embeds and embeds & TASK_EMBEDS else IDLE
+        texts = self._texts
+        parts = []
+        for app in apps:
+            app_id = app["id"]
+            cached = texts.get(app_id)
+            if cached is None or cached[0] is not app:
+                cached = self._definition(app)
+            if embeds is None:
+                parts.append(cached[1])
+            elif app_id in plans or app_id in tasks or app_id in failures:
+                parts.append(cached[2] + self._status_text(app, embeds, with_gpus, index))
+            else:                       # most apps of a large listing: nothing is happening
+                whole = cached[3].get(idle)
+                if whole is None:
+                    whole = cached[3][idle] = cached[2] + idle
+                parts.append(whole)
+        return "[" + ",".join(parts) + "]"

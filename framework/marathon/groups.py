@@ -241,39 +241,56 @@ def scale(apps: Dict[str, dict], group_id: str, factor: float) -> Dict[str, dict
                 else a) for i, a in apps.items()}
 
 
-def conflicts(tree: Tree, v: Violations) -> None:
-    """Rules on the whole tree: no app where a group is, no dependency cycle."""
+def conflicts(tree: Tree, paths: Iterable[str], v: Violations, cycles: bool = True) -> None:
+    """Rules on the tree after a change to `paths` (app and group ids): no app
+    where a group is, no dependency cycle (when `cycles`: the change may close one)."""
     apps, groups = tree
-    for app_id in apps:
-        if app_id in groups:
-            v.rule(ROOT, "Groups and Applications may not have the same identifier.")
-            break
-    if has_cycle(tree):
+    if any(p in apps and p in groups for p in paths):
+        v.rule(ROOT, "Groups and Applications may not have the same identifier.")
+    if cycles and has_cycle(tree):
         v.rule(ROOT, CYCLE)
 
 
 # -- dependencies -----------------------------------------------------------------------
 def dependency_graph(tree: Tree) -> Dict[str, Set[str]]:
-    """app id -> the app ids it waits for (its own dependencies, its groups')."""
+    """app id -> the app ids it waits for (its own dependencies, its groups'),
+    for the apps that wait for anything (the others depend on nothing)."""
     apps, groups = tree
-    below: Dict[str, List[str]] = {}
-    for app_id in apps:
-        for group_id in ancestors(app_id):
-            below.setdefault(group_id, []).append(app_id)
+    with_deps = {g for g, group in groups.items() if group["dependencies"]}
+    members: Dict[str, List[str]] = {}         # group -> apps below it (built on demand)
 
     def resolve(target: str) -> Iterable[str]:
         if target in apps:
             return (target,)
-        return below.get(target, ())
+        if target not in members:
+            members[target] = [a for a in apps if is_below(a, target)] if target in groups else []
+        return members[target]
 
-    graph: Dict[str, Set[str]] = {app_id: set() for app_id in apps}
+    graph: Dict[str, Set[str]] = {}
     for app_id, app in apps.items():
-        for dependency in app.get("dependencies") or ():
-            graph[app_id].update(resolve(dependency))
-        for group_id in ancestors(app_id):
-            for dependency in (groups.get(group_id) or {}).get("dependencies", ()):
-                graph[app_id].update(resolve(dependency))
+        dependencies = list(app.get("dependencies") or ())
+        if with_deps:
+            for group_id in ancestors(app_id):
+                if group_id in with_deps:
+                    dependencies.extend(groups[group_id]["dependencies"])
+        if dependencies:
+            edges = graph.setdefault(app_id, set())
+            for dependency in dependencies:
+                edges.update(resolve(dependency))
     return graph
+
+
+def may_add_cycle(tree: Tree, app_ids: Iterable[str], group_ids: Iterable[str]) -> bool:
+    """Whether changing these apps and groups can close a dependency cycle:
+    only a new edge can, from an app or group with dependencies, or from an
+    app placed below a group that has some."""
+    apps, groups = tree
+    for app_id in app_ids:
+        app = apps.get(app_id)
+        if app is not None and (app.get("dependencies") or any(
+                (groups.get(g) or {}).get("dependencies") for g in ancestors(app_id))):
+            return True
+    return any((groups.get(g) or {}).get("dependencies") for g in group_ids)
 
 
 def has_cycle(tree: Tree) -> bool:
@@ -303,7 +320,7 @@ def dependency_layers(tree: Tree) -> Callable[[Iterable[str]], List[List[str]]]:
     """Orders app ids as Marathon does: by the length of the longest chain of
     dependencies below each (apps depending on nothing first); apps of one
     layer deploy together. The tree must have no cycle."""
-    graph = dependency_graph(tree)
+    graph: Optional[Dict[str, Set[str]]] = None
     depth: Dict[str, int] = {}
 
     def longest(node: str) -> int:
@@ -313,6 +330,12 @@ def dependency_layers(tree: Tree) -> Callable[[Iterable[str]], List[List[str]]]:
         return depth[node]
 
     def layers(app_ids: Iterable[str]) -> List[List[str]]:
+        nonlocal graph
+        app_ids = list(app_ids)
+        if len(app_ids) <= 1:
+            return [app_ids] if app_ids else []
+        if graph is None:
+            graph = dependency_graph(tree)
         by_depth: Dict[int, List[str]] = {}
         for app_id in app_ids:
             by_depth.setdefault(longest(app_id), []).append(app_id)

@@ -49,6 +49,14 @@ class Registry:
         self.plans: Dict[str, dict] = store.items(PLAN)
         self.history = VersionHistory(store, max_versions)
         self.groups.setdefault(groups.ROOT, groups.new_group(groups.ROOT, format_timestamp(clock())))
+        # service port -> the app that has it (apps pick free ones, framework.marathon.app_service)
+        self.port_owners: Dict[int, str] = {d["port"]: a["id"] for a in self.apps.values()
+                                            for d in a.get("portDefinitions", ())}
+        # group id -> the ids of its direct apps and groups
+        self._members: Dict[str, Set[str]] = {}
+        for path_id in list(self.apps) + list(self.groups):
+            if path_id != groups.ROOT:
+                self._members.setdefault(groups.parent(path_id), set()).add(path_id)
         self.tasks: Dict[str, TaskRecord] = {}     # the API's tasks, by id
         self.kill_requested: Dict[str, float] = {}  # task id -> when the kill was last sent
         self.backoff: Dict[str, Backoff] = {}
@@ -182,7 +190,9 @@ class Registry:
                 current = new_groups.get(group_id) or groups.new_group(group_id, version)
                 new_groups[group_id] = dict(current, version=version)
         violations = Violations()
-        groups.conflicts((new_apps, new_groups), violations)
+        paths = set(apps) | set(group_changes) | added_below
+        groups.conflicts((new_apps, new_groups), paths, violations,
+                         groups.may_add_cycle((new_apps, new_groups), apps, group_changes))
         violations.raise_if_any()
         affected = set(apps)
         replaced = self.locking(affected)
@@ -195,7 +205,28 @@ class Registry:
             {g: self.groups.get(g) for g in structural}, {g: new_groups.get(g) for g in structural},
             restart)
         changed_groups = {g: new_groups.get(g) for g in structural | touched}
-        self._write(apps, changed_groups, new_apps, new_groups, plan, replaced)
+        members: Dict[str, Set[str]] = {}          # copies of the member sets that change
+        for path_id in set(apps) | set(changed_groups):
+            if path_id == groups.ROOT:
+                continue
+            parent = groups.parent(path_id)
+            if parent not in members:
+                members[parent] = set(self._members.get(parent, ()))
+            if path_id in new_apps or path_id in new_groups:
+                members[parent].add(path_id)
+            else:
+                members[parent].discard(path_id)
+        self._write(apps, changed_groups, new_apps, new_groups, plan, replaced, members)
+        self._members.update(members)
+        for app_id, app in apps.items():
+            for definition in (self.apps.get(app_id) or {}).get("portDefinitions", ()):
+                if self.port_owners.get(definition["port"]) == app_id:
+                    del self.port_owners[definition["port"]]
+            for definition in (app or {}).get("portDefinitions", ()):
+                self.port_owners[definition["port"]] = app_id
+        for group_id, group in changed_groups.items():
+            if group is None:
+                self._members.pop(group_id, None)
         for plan_id in replaced:
             old_plan = self.plans.pop(plan_id)
             self.progress.pop(plan_id, None)
@@ -216,19 +247,14 @@ class Registry:
 
     def _write(self, apps: Dict[str, Optional[dict]], changed_groups: Dict[str, Optional[dict]],
                new_apps: Dict[str, dict], new_groups: Dict[str, dict], plan: dict,
-               replaced: List[str]) -> None:
+               replaced: List[str], members: Dict[str, Set[str]]) -> None:
         children: Dict[str, Tuple[Dict[str, str], Dict[str, str]]] = {}
         for group_id, group in changed_groups.items():
             if group is not None:
-                children[group_id] = ({}, {})
-        for app_id, app in new_apps.items():
-            slot = children.get(groups.parent(app_id))
-            if slot is not None:
-                slot[0][app_id] = app["version"]
-        for group_id, group in new_groups.items():
-            slot = children.get(groups.parent(group_id)) if group_id != groups.ROOT else None
-            if slot is not None:
-                slot[1][group_id] = group["version"]
+                below = members[group_id] if group_id in members else self._members.get(group_id, ())
+                children[group_id] = ({i: new_apps[i]["version"] for i in below if i in new_apps},
+                                      {i: new_groups[i]["version"] for i in below
+                                       if i in new_groups})
         try:
             with self.store.transaction():
                 for plan_id in replaced:
