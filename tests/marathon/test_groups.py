@@ -236,3 +236,27 @@ def test_app_versions_are_kept_within_the_limit(start_framework, tmp_path):
     assert len(api.get("/v2/groups/versions").json) == MAX_VERSIONS
     assert api.delete("/v2/apps/many").status == 200
     assert service.store.items("app_version:/many") == {}             # gone with the app
+
+
+def test_one_app_body_with_many_faults_gets_them_all(api):
+    """Type errors and broken rules together, in one 422 (a client fixes all at once)."""
+    reply = api.post("/v2/apps", {"id": "/Bad_Id", "cmd": "x", "cpus": "one", "gpus": -1,
+                                  "constraints": [["hostname", "UNIQUE", "x"]],
+                                  "healthChecks": [{"protocol": "HTTP"}],
+                                  "container": {"type": "DOCKER", "docker": {"image": ""}}})
+    assert reply.status == 422 and reply.json["message"] == "Object is not valid"
+    paths = {d["path"] for d in reply.json["details"]}
+    assert {"/id", "/cpus", "/gpus", "/constraints(0)", "/healthChecks",
+            "/container/docker/image"} <= paths, paths
+
+
+def test_malformed_ids_wrong_methods_and_unknown_parameters_as_marathon(api):
+    assert api.put("/v2/groups/Bad_Id", {"apps": []}).json["details"][0]["path"] == "/id"
+    reserved = api.post("/v2/groups/versions", {})     # a group named `versions`, as Marathon reads it
+    assert reserved.status == 422 and "reserved keywords" in reserved.raw.decode()
+    wrong = api.post("/v2/queue", {})
+    assert wrong.status == 405 and wrong.headers["allow"] == "GET"
+    assert api.call("DELETE", "/v2/tasks").headers["allow"] == "GET"
+    assert api.get("/v2/groups/x/versions/2020").json == {"message": "Group '/x' does not exist"}
+    assert api.get("/v2/apps?unknown=1&embed=apps.nothing").status == 200   # ignored, as JAX-RS does
+    assert api.get("/v2/nothing").json == {"message": "URI not found"}
