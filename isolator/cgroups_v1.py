@@ -16,7 +16,8 @@ class CgroupGone(Exception):
     """The cgroup directory does not exist (any more)."""
 
 
-def _write(path: str, name: str, text: str) -> None:
+def write_rule(path: str, name: str, text: str) -> None:
+    """One line to devices.allow or devices.deny (the kernel takes one rule per write)."""
     fd = os.open(os.path.join(path, name), os.O_WRONLY)
     try:
         os.write(fd, text.encode())
@@ -29,7 +30,7 @@ def create(path: str, rules: Sequence[Rule] = ()) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     os.mkdir(path)
     try:
-        _write(path, "devices.deny", "a")
+        write_rule(path, "devices.deny", "a")
         fd = os.open(os.path.join(path, "devices.allow"), os.O_WRONLY)
         try:
             for rule in rules:             # the kernel takes one rule per write
@@ -57,14 +58,14 @@ def apply(path: str, rules: Sequence[Rule]) -> None:
     want = {r.to_v1(): r for r in rules}
     have = {r.to_v1(): r for r in current}
     if any(r.type == "a" for r in current) or not set(have) <= set(want) | _gpu_lines(have):
-        _write(path, "devices.deny", "a")
+        write_rule(path, "devices.deny", "a")
         have = {}
     for line in have:
         if line not in want:
-            _write(path, "devices.deny", line)
+            write_rule(path, "devices.deny", line)
     for line in want:
         if line not in have:
-            _write(path, "devices.allow", line)
+            write_rule(path, "devices.allow", line)
 
 
 def _gpu_lines(lines) -> set:
@@ -76,4 +77,4 @@ def _gpu_lines(lines) -> set:
 def move(path: str, pid: int) -> None:
     if not os.path.isdir(path):
         raise CgroupGone(path)
-    _write(path, "cgroup.procs", str(pid))
+    write_rule(path, "cgroup.procs", str(pid))

@@ -103,3 +103,24 @@ def program_count(path: str) -> int:
         return len(bpf.query(cg_fd))
     finally:
         os.close(cg_fd)
+
+
+def enforces_exactly(path: str, rules: Sequence[Rule], minors: Iterable[int]) -> bool:
+    """True when one program is attached and it answers as `rules` do for every
+    device they name, every GPU minor and a block device none of them allows."""
+    progs = programs(path)
+    if len(progs) != 1:
+        return False
+    expected = device_program.compile_rules(rules)
+    probes = {(r.type, r.major, r.minor) for r in rules
+              if r.type in ("c", "b") and r.major is not None and r.minor is not None}
+    probes |= {("c", NVIDIA_MAJOR, m) for m in minors} | {("b", 8, 0), ("c", 10, 229)}
+    try:
+        for dev_type, major, minor in probes:
+            for access in ("rw", "m"):
+                if (device_program.evaluate(progs[0], dev_type, major, minor, access)
+                        != device_program.evaluate(expected, dev_type, major, minor, access)):
+                    return False
+    except device_program.UnreadableProgram:
+        return False
+    return True

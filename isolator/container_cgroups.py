@@ -6,7 +6,7 @@ hierarchy allows it. This class hides the difference from the service and
 from recovery: create (all or nothing), apply, read back, remove.
 """
 import os
-from typing import Dict, List, Optional, Sequence, Set
+from typing import Callable, Dict, List, Optional, Sequence, Set
 
 from isolator import cgroup_paths, cgroups_v1, cgroups_v2, devices
 from isolator.cgroup_host import CgroupHost
@@ -81,6 +81,24 @@ class ContainerCgroups:
                 raise CgroupVanished(path) from None
         return allowed
 
+    def drifted(self, paths: Dict[str, str], rules: Sequence[Rule],
+                minors: Sequence[int]) -> List[str]:
+        """The hierarchies whose device rules are no longer exactly `rules` (read back
+        from the kernel): v1 by its whitelist, v2 by running the attached programs on
+        every device the rules name, every GPU and a device no rule allows."""
+        out = []
+        for version, path in paths.items():
+            try:
+                if version == "v1":
+                    have = {r.to_v1() for r in cgroups_v1.read_rules(path)}
+                    if have != {r.to_v1() for r in rules}:
+                        out.append(version)
+                elif not cgroups_v2.enforces_exactly(path, rules, minors):
+                    out.append(version)
+            except (cgroups_v1.CgroupGone, cgroups_v2.CgroupGone):
+                raise CgroupVanished(path) from None
+        return out
+
     def single_program(self, paths: Dict[str, str]) -> bool:
         """True when each v2 cgroup has exactly one device program (no update was
         cut short between attaching the new program and detaching the old)."""
@@ -96,10 +114,14 @@ class ContainerCgroups:
     def existing(self, paths: Dict[str, str]) -> Dict[str, str]:
         return {v: p for v, p in paths.items() if os.path.isdir(p)}
 
-    def remove(self, paths: Dict[str, str]) -> List[int]:
+    def remove(self, paths: Dict[str, str],
+               ours: Optional[Callable[[int], bool]] = None) -> List[int]:
+        """Kill what is in the cgroups and remove them. With `ours`, only the processes
+        it accepts are killed; others are moved to the hierarchy's root cgroup."""
+        mounts = {"v1": self.host.devices_v1, "v2": self.host.unified}
         killed: Set[int] = set()
-        for path in paths.values():
-            killed.update(cgroup_paths.remove(path))
+        for version, path in paths.items():
+            killed.update(cgroup_paths.remove(path, ours=ours, evict_to=mounts.get(version)))
         return sorted(killed)
 
     def children(self) -> Set[str]:
