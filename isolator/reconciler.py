@@ -18,7 +18,8 @@ owner wakes it), one pass compares each holding with what is really there:
   back (a Docker one that does run is adopted instead).
 
 The same pass is an isolation auditor: it reads back every isolated container's
-device rules (the v1 whitelist, the v2 eBPF program, Docker's v1 device cgroup)
+device rules through its isolation backends (the v1 whitelist, the v2 eBPF program,
+Docker's v1 device cgroup)
 and writes them again when they drifted from the ledger (a `systemctl
 daemon-reload` rewrites device cgroups on systemd hosts), counting each repair.
 Facts are gathered without the service lock; a release re-checks under the lock
@@ -32,10 +33,11 @@ import time
 from collections import Counter
 from typing import Dict, List, Optional, Set, Tuple
 
-from isolator import docker_devices, mesos_agent_api
+from isolator import docker_devices, isolation_backend, mesos_agent_api
 from isolator.api import DOCKER, MESOS
 from isolator.container_cgroups import CgroupVanished
 from isolator.docker_state import LIVE_STATES, DockerUnavailable
+from isolator.isolation_backend import BackendGone
 from isolator.ledger import Holding
 from isolator.owner import Owner
 from isolator.service import AgentService
@@ -252,19 +254,20 @@ class Reconciler:
         try:
             if h.container_type == MESOS:
                 paths = service.cgroups.existing(h.cgroups)
-                drifted = service.cgroups.drifted(paths, rules, sorted(service.gpus))
+                with service.lock:
+                    if service.holdings.get(h.container_id) is not h:
+                        return
+                    drifted = service.cgroups.repair(paths, rules, sorted(service.gpus))
                 if drifted:
-                    with service.lock:
-                        if service.holdings.get(h.container_id) is not h:
-                            return
-                        service.cgroups.apply({v: paths[v] for v in drifted}, rules)
                     self._count_repair(h, drifted)
             elif h.docker_id and service.docker is not None and service.cgroups.host.devices_v1:
                 pid = service.docker.init_pid(h.docker_id)
-                if pid and docker_devices.restore_v1(service.cgroups.host.devices_v1, pid,
-                                                     rules):
-                    self._count_repair(h, ["docker-v1"])
-        except (CgroupVanished, KeyError, DockerUnavailable, FileNotFoundError,
+                where = pid and docker_devices.v1_cgroup_of(service.cgroups.host.devices_v1, pid)
+                backend = isolation_backend.get("docker")
+                if where and backend.drifted(where, rules, sorted(service.gpus)):
+                    backend.apply(where, rules)
+                    self._count_repair(h, ["docker"])
+        except (CgroupVanished, BackendGone, KeyError, DockerUnavailable, FileNotFoundError,
                 ProcessLookupError):
             pass                                      # gone meanwhile: the next pass decides
 

@@ -102,10 +102,10 @@ class Recovery:
             log.warning("container %s: ledger grants GPUs %s, kernel allows %s: keeping %s",
                         h.container_id, list(h.gpus), sorted(allowed), list(gpus))
             self.report.narrowed.append((h.container_id, h.gpus, gpus))
-        # v1 is rewritten by difference (cheap); a v2 program only when it is wrong
-        exact = allowed == {m for m in gpus if m in self.managed}
-        self.cgroups.apply(existing, self.rules_for(gpus),
-                           v2=not (exact and self.cgroups.single_program(existing)))
+        try:               # each hierarchy written again only where it is not exact
+            self.cgroups.repair(existing, self.rules_for(gpus), self.managed)
+        except UnreadableProgram:
+            self.cgroups.apply(existing, self.rules_for(gpus))
         uuids = tuple(u for m, u in zip(h.gpus, h.uuids) if m in gpus) if h.uuids else ()
         return replace(h, gpus=gpus, uuids=uuids, state="isolated", cgroups=existing)
 

@@ -7,7 +7,9 @@ daemon over eight simulated V100s, the Docker engine, our executor and the
   (same task, same container, same GPU), nothing is launched beside it;
 - an executor SIGKILLed: its container is stopped and its GPU back within the bound
   (RELEASE_BOUND), the framework sees the task end once and runs exactly one
-  replacement, and the app keeps its instance count.
+  replacement, and the app keeps its instance count;
+- the Mesos agent gone for longer than its --recovery_timeout: the executors kill
+  their tasks and exit, and nothing is left holding a GPU.
 """
 import os
 import signal
@@ -24,6 +26,7 @@ from tests.marathon.conftest import client_of, framework_args, wait_for
 
 HOSTNAME = "lifecycle-v100"
 RELEASE_BOUND = 30.0          # documented: a dead executor's container is gone within this
+RECOVERY_TIMEOUT = 10         # the agent's --recovery_timeout, seconds (Mesos: 15mins)
 APPS = {"/life/docker": "DOCKER", "/life/runc": "MESOS"}
 
 
@@ -37,7 +40,9 @@ def node(docker_engine):
 @pytest.fixture(scope="module")
 def cluster(mesos_prefix, node):
     resources, attributes = node.flags()
-    with Master() as master, Agent(master, resources, attributes, hostname=HOSTNAME) as agent:
+    env = {"MESOS_RECOVERY_TIMEOUT": f"{RECOVERY_TIMEOUT}secs"}
+    with Master() as master, Agent(master, resources, attributes, hostname=HOSTNAME,
+                                   env=env) as agent:
         yield master, agent
 
 
@@ -151,3 +156,22 @@ def test_a_killed_executor_takes_its_container_and_gets_one_replacement(
     assert (app["instances"], app["tasksRunning"]) == (1, 1)
     assert len(node.containers()) == 2                   # this app's new one, the other app's
     print(f"{app_id}: executor SIGKILL -> container stopped, GPU back in {released_in:.1f} s")
+
+
+def test_executors_give_up_when_the_agent_stays_away(api, cluster, node, docker_engine):
+    """Runs last: it ends the module's tasks the way an agent that never comes back does."""
+    _, agent = cluster
+    before = snapshot(api, node, docker_engine)
+    agent.crash()
+    executors = [before[a]["executor"] for a in APPS]
+    gone_in = wait_for(lambda: not any(alive(p) for p in executors),
+                       timeout=RECOVERY_TIMEOUT + 30)
+    assert gone_in
+    wait_for(lambda: node.containers() == {} and node.allocated() == [], timeout=10)
+    assert docker_engine.client().containers.list(
+        all=True, filters={"label": CONTAINER_LABEL}) == []
+    assert not alive(before["/life/runc"]["placed"])
+    agent.restart()                       # back: the apps get new tasks on the freed GPUs
+    for app_id in APPS:
+        (task,) = wait_for(lambda: running(api, app_id), timeout=120)
+        assert task["gpuUuids"]

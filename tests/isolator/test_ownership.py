@@ -225,7 +225,7 @@ def test_drift_in_a_docker_containers_devices_is_restored(daemon_factory, docker
         (cgroup / "devices.deny").write_text(f"c 195:{mine} rwm")
         assert "Operation not permitted" in opens()             # the drift is real
         wait_until(lambda: "No such device or address" in opens(), what="restored")
-        assert 'mesos_gpu_device_rule_repairs_total{where="docker-v1"} 1' in \
+        assert 'mesos_gpu_device_rule_repairs_total{where="docker"} 1' in \
             agent.client.metrics()
     finally:
         container.remove(force=True)
