@@ -9,6 +9,25 @@ ROOT="$(pwd)"
 t0=$(date +%s)
 step() { echo "[install +$(( $(date +%s) - t0 ))s] $*"; }
 
+# http-parser 0.9.0 (a pymesos dependency) has a C extension that does not build
+# on Python >= 3.11: install it with only its pure-Python parser. Also what a
+# plain `pip install .` into another environment needs first:
+#   ./install.sh http-parser /path/to/venv/bin/python
+install_http_parser() {
+  local python="$1" tmp
+  tmp=$(mktemp -d)
+  "$python" -m pip download -q --no-deps --no-binary :all: -d "$tmp" http-parser==0.9.0
+  tar xzf "$tmp"/http-parser-0.9.0.tar.gz -C "$tmp"
+  sed -i 's/run_setup(not IS_PYPY)/run_setup(False)/' "$tmp/http-parser-0.9.0/setup.py"
+  rm -f "$tmp"/http-parser-0.9.0/http_parser/*.so
+  "$python" -m pip install -q "$tmp/http-parser-0.9.0"
+  rm -rf "$tmp"
+}
+if [ "${1:-}" = "http-parser" ]; then
+  install_http_parser "${2:?usage: install.sh http-parser PYTHON}"
+  exit 0
+fi
+
 if [ "$(id -u)" != 0 ]; then
   echo "install.sh: must run as root (it installs Debian packages and uses cgroups)" >&2; exit 1
 fi
@@ -29,16 +48,8 @@ if [ ! -x .venv/bin/python ]; then
 fi
 PIP=".venv/bin/pip"
 if ! .venv/bin/python -c 'import http_parser' 2>/dev/null; then
-  # http-parser 0.9.0 (a pymesos dependency) has a C extension that does not
-  # build on Python >= 3.11; install it with only its pure-Python parser.
   step "http-parser 0.9.0 (pure-Python parser)"
-  tmp=$(mktemp -d)
-  $PIP download -q --no-deps --no-binary :all: -d "$tmp" http-parser==0.9.0
-  tar xzf "$tmp"/http-parser-0.9.0.tar.gz -C "$tmp"
-  sed -i 's/run_setup(not IS_PYPY)/run_setup(False)/' "$tmp/http-parser-0.9.0/setup.py"
-  rm -f "$tmp"/http-parser-0.9.0/http_parser/*.so
-  $PIP install -q "$tmp/http-parser-0.9.0"
-  rm -rf "$tmp"
+  install_http_parser .venv/bin/python
 fi
 step "mesos-gpu and its dependencies"
 $PIP install -q -e ".[test]"

@@ -78,10 +78,6 @@ class TaskSpec:
             raise TaskSpecError(f"task {self.id}: cmd: a MESOS container without an image "
                                 f"needs cmd or args")
 
-    @property
-    def uses_gpus(self) -> bool:
-        return self.gpus > 0
-
     def to_json(self) -> dict[str, Any]:
         """Plain JSON (constraints as Marathon lists), for the state store."""
         data = asdict(self)

@@ -23,6 +23,7 @@ from framework.marathon.server import MarathonHttpServer
 from framework.state_store import StateStore
 from isolator.api import DEFAULT_SOCKET as DEFAULT_AGENT_SOCKET
 from common import instance_lock
+from common.paths import first_missing
 from volumes.cli import non_empty
 from common.errors import UserError
 
@@ -89,7 +90,7 @@ class FrameworkService:
         self.args = args
         self.auth = Authenticator.from_args(args.http_credentials, args.http_token_file)
         self.policy = DockerPolicy.from_names(args.allow_docker_parameters)
-        made = _first_missing(args.state_dir)
+        made = first_missing(args.state_dir)
         self.store = StateStore(args.state_dir)
         self._lock_fd: Optional[int] = None
         try:
@@ -169,14 +170,6 @@ def _hold_lock(state_dir: str) -> int:
         raise UserError(f"--state_dir {state_dir}: another framework (pid {e.pid}) uses it "
                         f"({path} is locked)") from None
 
-
-def _first_missing(path: str) -> Optional[str]:
-    """The topmost directory of `path` that does not exist yet (None: it exists)."""
-    missing = None
-    path = os.path.abspath(path)
-    while not os.path.lexists(path):
-        missing, path = path, os.path.dirname(path)
-    return missing
 
 
 def default_scheduler_factory(args: argparse.Namespace, store: StateStore) -> Any:
