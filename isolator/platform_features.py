@@ -101,7 +101,7 @@ FAMILIES: Dict[str, Family] = {f.name: f for f in (
 )}
 
 
-def _lineage(name: str) -> List[str]:
+def lineage(name: str) -> List[str]:
     """The family and its ancestors, newest first."""
     out = []
     current: Optional[str] = name
@@ -113,7 +113,7 @@ def _lineage(name: str) -> List[str]:
 
 def family_flags(name: str) -> FrozenSet[str]:
     """Every flag the family needs (its own and its ancestors')."""
-    return frozenset().union(*(FAMILIES[n].flags for n in _lineage(name)))
+    return frozenset().union(*(FAMILIES[n].flags for n in lineage(name)))
 
 
 class FeatureError(UserError):
@@ -202,7 +202,7 @@ class Cpu:
         found = [name for name, fam in FAMILIES.items()
                  if fam.vendor == self.vendor and self.level >= fam.level
                  and family_flags(name) <= self.flags]
-        return max(found, key=lambda name: len(_lineage(name)), default=None)
+        return max(found, key=lambda name: len(lineage(name)), default=None)
 
     def features(self) -> List[str]:
         out = []
@@ -315,7 +315,7 @@ class NodePlatform:
             return self.cpu_level() >= need.value
         if need.kind == CPU:
             return self.microarchitecture is not None \
-                and need.value in _lineage(self.microarchitecture)
+                and need.value in lineage(self.microarchitecture)
         return False
 
     def cpu_level(self) -> int:

@@ -310,7 +310,7 @@ class Registry:
             layers.append(_tar(files))
         descriptors, diff_ids = [], []
         for tar in layers:
-            blob = gzip.compress(tar, mtime=0)
+            blob = _gzip(tar)
             descriptors.append({"mediaType": types["layer"], "digest": self.push_blob(repository, blob),
                                 "size": len(blob)})
             diff_ids.append(sha256(tar))
@@ -350,6 +350,17 @@ class Registry:
         status, _, body = self._request("DELETE", f"/v2/{repository}/manifests/{digest}")
         if status != 202:
             raise RegistryError(f"delete {repository}@{digest}: {status} {body[:200]!r}")
+
+
+_compressed: Dict[str, bytes] = {}
+
+
+def _gzip(tar: bytes) -> bytes:
+    """The layer blob of `tar` (the 2 MB base layer is compressed once per process)."""
+    key = sha256(tar)
+    if key not in _compressed:
+        _compressed[key] = gzip.compress(tar, mtime=0, compresslevel=6)
+    return _compressed[key]
 
 
 def _tar(files: Mapping[str, bytes]) -> bytes:
