@@ -2,6 +2,8 @@
 their CUDA labels), the most specific entry a node can run and the documented
 tie-breaking, the reason when no node can run any, and every kind of bad index
 the registry accepts, refused with the entry named."""
+import json
+
 import pytest
 
 from framework import image_index, image_ref
@@ -200,3 +202,26 @@ def test_no_node_can_run_any_variant_names_what_each_lacks(registry):
     assert not any(selector.servable(index.image, f) for f in fields)
     v100 = {"hostname": "v100", pf.ATTRIBUTE: "nvidia-535-54/cuda-12-2/nv-compute-7-0"}
     assert selector.reason(index.image, fields + [v100]) is None
+
+
+def test_image_variants_command(registry, mesos_gpu_cli):
+    image = push(registry, "cv/cmd", EXAMPLE)
+    r = mesos_gpu_cli("image", "variants", image,
+                      "--node", "m60=nvidia-396-44/cuda-9-2/nv-compute-5-2/x86-64-v3/skylake",
+                      "--node", "k80=nvidia-535-54/cuda-12-2/nv-compute-3-7/x86-64-v3/haswell",
+                      "--node", "old=x86-64-v2")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith(f"{image}: image index sha256:")
+    runs_on = {line.split()[0]: line.rsplit("  ", 1)[-1] for line in lines[2:]}
+    assert runs_on == {"0": "k80, old", "1": "no known node", "2": "no known node",
+                       "3": "no known node", "4": "m60"}
+    data = json.loads(mesos_gpu_cli("image", "variants", image, "--json").stdout)
+    assert [v["features"] for v in data["variants"]] == [f for _, f in EXAMPLE]
+    assert data["index"] is True and data["variants"][0]["nodes"] == []
+    bad = mesos_gpu_cli("image", "variants", image, "--node", "x=avx2")
+    assert bad.returncode == 2 and "unknown platform feature 'avx2'" in bad.stderr
+    missing = mesos_gpu_cli("image", "variants", f"{registry.address}/cv/cmd:none")
+    assert missing.returncode == 2 and missing.stderr.strip() == (
+        f"mesos-gpu image: error: cv/cmd: manifest none not found in registry "
+        f"{registry.address} (MANIFEST_UNKNOWN: manifest unknown)")

@@ -368,3 +368,17 @@ def test_a_registry_asking_for_credentials(bed, tmp_path):
             api.delete("/v2/apps/private/ok")
         finally:
             service.stop()
+
+
+def test_image_variants_command_places_the_masters_agents(bed, mesos_gpu_cli):
+    pushed = push_variants(bed.registry, "cv/cli", "1")
+    image = bed.registry.reference("cv/cli", "1")
+    r = mesos_gpu_cli("image", "variants", image, "--master", bed.master.address)
+    assert r.returncode == 0, r.stderr
+    rows = {line.split()[1]: line for line in r.stdout.splitlines()[2:]}
+    for host, (_, _, variant) in NODES.items():
+        assert rows[pushed[variant].digest[7:19]].endswith(host), r.stdout
+    assert rows[pushed["generic"].digest[7:19]].endswith("no known node")
+    data = json.loads(mesos_gpu_cli("image", "variants", image, "--master", bed.master.address,
+                                    "--json").stdout)
+    assert {v["digest"]: v["nodes"] for v in data["variants"]}[pushed["v100"].digest] == ["v100-node"]
