@@ -7,7 +7,7 @@ an error that names the field and the reason.
 """
 import math
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from framework import constraints as constraint_rules
@@ -70,7 +70,7 @@ class TaskSpec:
             self._set(name, _check_amount(getattr(self, name), name))
         self._set("gpus", check_gpus(self.gpus))
         self._set("constraints", constraint_rules.parse_all(self.constraints))
-        self._set("variant", _check_variant(self.variant, self.image))
+        self._set("variant", check_variant(self.variant, self.image))
         self._check_command()
 
     def _set(self, name: str, value: Any) -> None:
@@ -89,14 +89,25 @@ class TaskSpec:
     def uses_gpus(self) -> bool:
         return self.gpus > 0
 
+    def pinned_to(self, variant: Mapping[str, Any]) -> "TaskSpec":
+        """This task running `variant["image"]`, a variant checked by
+        `check_variant` (once per variant: a round pins thousands of tasks, so
+        the rest of the spec, already checked, is not checked again)."""
+        pinned = object.__new__(TaskSpec)
+        pinned.__dict__.update(self.__dict__, image=variant["image"], variant=variant)
+        return pinned
+
     def to_json(self) -> dict[str, Any]:
         """Plain JSON (constraints as Marathon lists), for the state store."""
-        data = asdict(self)
+        # field by field: asdict() deep-copies each value, and every launch pays for it
+        data = {name: getattr(self, name) for name in self.__dataclass_fields__}
         data["args"] = list(self.args)
         data["env"], data["labels"] = dict(self.env), dict(self.labels)
         data["constraints"] = [c.as_list() for c in self.constraints]
         if self.variant is None:
             del data["variant"]
+        else:
+            data["variant"] = {**self.variant, "features": list(self.variant.get("features", []))}
         return data
 
     @classmethod
@@ -164,7 +175,7 @@ def _check_mapping(value: Any, name: str) -> dict[str, str]:
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
 
-def _check_variant(value: Any, image: Optional[str]) -> Optional[dict]:
+def check_variant(value: Any, image: Optional[str]) -> Optional[dict]:
     """The pinned variant: image (the one to run) ending in @digest, digests, features."""
     if value is None:
         return None

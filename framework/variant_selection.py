@@ -21,13 +21,13 @@ and carries `variant`, a JSON object {image, index, indexDigest, digest,
 features, position} that the task JSON, the events and the executor's check
 read (framework.executor.variant_check).
 """
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from framework.image_index import ImageIndex, Variant
 from framework.image_ref import parse as parse_ref
-from framework.task_spec import TaskSpec
+from framework.task_spec import TaskSpec, check_variant
 from isolator.platform_features import (ATTRIBUTE, CPU, FAMILIES, KINDS,
                                         LEVEL, NodePlatform, lineage)
 from volumes.image_rules import parse_cuda_version
@@ -76,16 +76,19 @@ def rank(variant: Variant) -> Tuple:
     return (len(best),) + tuple(best.get(kind, ()) for kind in KINDS)
 
 
-def choose(index: ImageIndex, node: NodePlatform) -> Optional[Variant]:
-    """The most specific entry the node can run, None when there is none."""
-    chosen, chosen_rank = None, None
-    for variant in index.variants:
-        if not runs_on(variant, node):
-            continue
-        this = rank(variant)
-        if chosen is None or this > chosen_rank:      # ties: the earlier entry stays
-            chosen, chosen_rank = variant, this
-    return chosen
+def by_preference(index: ImageIndex) -> Tuple[Variant, ...]:
+    """The entries, most specific first (ties: the earlier entry first)."""
+    return tuple(sorted(index.variants, key=lambda v: (rank(v), -v.position), reverse=True))
+
+
+def choose(index: ImageIndex, node: NodePlatform,
+           ordered: Optional[Tuple[Variant, ...]] = None) -> Optional[Variant]:
+    """The most specific entry the node can run, None when there is none.
+    `ordered`: `by_preference(index)`, when the caller keeps it."""
+    for variant in ordered if ordered is not None else by_preference(index):
+        if runs_on(variant, node):
+            return variant
+    return None
 
 
 def unservable_reason(index: ImageIndex, nodes: Mapping[str, NodePlatform]) -> str:
@@ -118,6 +121,8 @@ class Selector:
     # (image, platform_features value) -> the entry chosen: a cluster has few kinds of node
     chosen: Dict[Tuple[str, Optional[str]], Optional[Variant]] = field(default_factory=dict,
                                                                      compare=False)
+    ordered: Dict[str, Tuple[Variant, ...]] = field(default_factory=dict, compare=False)
+    pins: Dict[Tuple[str, str], Dict[str, Any]] = field(default_factory=dict, compare=False)
 
     def handles(self, image: Optional[str]) -> bool:
         return image is not None and image in self.indexes
@@ -130,17 +135,24 @@ class Selector:
         try:
             return self.chosen[key]
         except KeyError:
-            found = self.chosen[key] = choose(self.indexes[image], node_of(key[1]))
-            return found
+            pass
+        ordered = self.ordered.get(image)
+        if ordered is None:
+            ordered = self.ordered[image] = by_preference(self.indexes[image])
+        found = self.chosen[key] = choose(self.indexes[image], node_of(key[1]), ordered)
+        return found
 
     def pin(self, spec: TaskSpec, fields: Mapping[str, str]) -> TaskSpec:
         """The spec as launched on this agent: its image pinned to the chosen variant."""
-        index = self.indexes[spec.image]
         variant = self.choose(spec.image, fields)
         if variant is None:            # the matcher only places what is servable
             raise ValueError(f"no variant of {spec.image} for {fields.get('hostname')}")
-        info = pinned(index, variant)
-        return replace(spec, image=info["image"], variant=info)
+        key = (spec.image, variant.digest)
+        info = self.pins.get(key)
+        if info is None:
+            info = pinned(self.indexes[spec.image], variant)
+            info = self.pins[key] = check_variant(info, info["image"])
+        return spec.pinned_to(info)
 
     def reason(self, image: str, offers: Iterable[Mapping[str, str]]) -> Optional[str]:
         """Why no offer serves `image` (None when one does)."""

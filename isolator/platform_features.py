@@ -40,6 +40,7 @@ node whose CPUs differ promises only what all of them have):
 import os
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from common.errors import UserError
@@ -101,14 +102,15 @@ FAMILIES: Dict[str, Family] = {f.name: f for f in (
 )}
 
 
-def lineage(name: str) -> List[str]:
+@lru_cache(maxsize=None)
+def lineage(name: str) -> Tuple[str, ...]:
     """The family and its ancestors, newest first."""
     out = []
     current: Optional[str] = name
     while current is not None:
         out.append(current)
         current = FAMILIES[current].parent
-    return out
+    return tuple(out)
 
 
 def family_flags(name: str) -> FrozenSet[str]:
@@ -143,6 +145,11 @@ def parse_feature(name: object) -> Feature:
     """The feature a name stands for; FeatureError naming it when it is none."""
     if not isinstance(name, str):
         raise FeatureError(f"platform feature {name!r} is not a string")
+    return _parse_feature(name)
+
+
+@lru_cache(maxsize=4096)          # a cluster uses few names, over and over
+def _parse_feature(name: str) -> Feature:
     match = _VERSIONED.fullmatch(name)
     if match:
         kind = {"nvidia": DRIVER, "cuda": CUDA, "nv-compute": COMPUTE}[match.group(1)]
