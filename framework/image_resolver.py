@@ -59,6 +59,9 @@ class Status:
 
 @dataclass
 class ImageResolver:
+    # how the reasons of a WAITING status begin
+    WAITING_PREFIXES = ("waiting for the registry: ", "resolving ", "image not resolved yet")
+
     client: RegistryClient
     registries: Collection[str]
     on_change: Callable[[], None] = lambda: None

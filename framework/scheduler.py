@@ -54,6 +54,8 @@ from common.errors import UserError
 log = logging.getLogger(__name__)
 
 PENDING = "PENDING"  # ours: waiting for an offer (or for its back-off to end)
+WAITING_FOR_OFFER = "waiting for a matching offer"
+_NO_VARIANT = "waiting: no offered agent"     # framework.variant_selection.unservable_reason
 TERMINAL_STATES = frozenset({"TASK_FINISHED", "TASK_FAILED", "TASK_KILLED", "TASK_ERROR",
                              "TASK_LOST", "TASK_DROPPED", "TASK_GONE",
                              "TASK_GONE_BY_OPERATOR"})
@@ -252,7 +254,7 @@ class GpuScheduler:
         with self._lock:
             if spec.id in self._records:
                 raise UserError(f"task {spec.id}: a task with this id already exists")
-            record = TaskRecord(spec=spec, message="waiting for a matching offer")
+            record = TaskRecord(spec=spec, message=WAITING_FOR_OFFER)
             self._records[spec.id] = record
             self._request_variant(record)
             self._save(record)
@@ -678,6 +680,9 @@ class GpuScheduler:
             status = self.variants.status(spec.id)
             if status.state == READY:
                 ready.append(spec)
+                if record.message.startswith(self.variants.WAITING_PREFIXES):
+                    self._set_state(record, PENDING, WAITING_FOR_OFFER)   # resolved now
+                    changed.append(self._copy(record))
             elif status.state == FAILED:
                 self._set_state(record, "TASK_ERROR", f"image {spec.image}: {status.reason}")
                 log.warning("task %s: %s", spec.id, record.message)
@@ -701,8 +706,14 @@ class GpuScheduler:
                 reasons[spec.image] = selector.reason(spec.image, [offer_fields(o) for o in offers])
             reason = reasons[spec.image]
             record = self._records[spec.id]
-            if reason and record.message != f"waiting: {reason}":
-                self._set_state(record, PENDING, f"waiting: {reason}")
+            if reason:
+                message = f"waiting: {reason}"
+            elif record.message.startswith(_NO_VARIANT):
+                message = WAITING_FOR_OFFER         # an agent runs one now: no longer the reason
+            else:
+                continue
+            if record.message != message:
+                self._set_state(record, PENDING, message)
                 changed.append(self._copy(record))
         return changed
 

@@ -382,3 +382,60 @@ def test_image_variants_command_places_the_masters_agents(bed, mesos_gpu_cli):
     data = json.loads(mesos_gpu_cli("image", "variants", image, "--master", bed.master.address,
                                     "--json").stdout)
     assert {v["digest"]: v["nodes"] for v in data["variants"]}[pushed["v100"].digest] == ["v100-node"]
+
+
+def test_a_registry_killed_between_selection_and_launch_holds_the_launch_back(bed, framework):
+    """The executor cannot check the variant: the attempt fails and is retried;
+    the retry waits for the registry, then runs the variant."""
+    registry, api = bed.registry, client_of(framework)
+    pushed = push_variants(registry, "cv/killed", "1", VARIANTS[:2])
+    scheduler = framework.scheduler
+    original = scheduler._call
+    killed = []
+
+    def call(method, *args):
+        if method == "launchTasks" and not killed:
+            registry.crash()
+            killed.append(time.monotonic())
+        return original(method, *args)
+    scheduler._call = call
+    try:
+        assert api.post("/v2/apps", app("/cv/killed", registry.reference("cv/killed", "1"),
+                                        constraints=[["hostname", "IS", "cpu-node"]])
+                        ).status == 201
+        queue_reason(api, "/cv/killed", "is unreachable")      # the retry waits for it
+        first = next(r.id for r in scheduler.tasks() if r.spec.app_id == "/cv/killed")
+        stderr = sandbox_output(bed.agents["cpu-node"].run_dir, first, "stderr")
+        failed = next(line for line in stderr.splitlines() if "TASK_FAILED" in line)
+        assert "cannot check the image variant" in failed and "is unreachable" in failed
+    finally:
+        scheduler._call = original
+        registry.restart()
+    task = wait_for(lambda: running(api, "/cv/killed", 1), timeout=90)[0]
+    assert task["imageVariant"]["digest"] == pushed["skylake512"].digest
+    api.delete("/v2/apps/cv/killed")
+
+
+def test_a_restarted_framework_keeps_its_tasks_variants(bed):
+    registry = bed.registry
+    pushed = push_variants(registry, "cv/restart", "1", VARIANTS[:3])
+    service = start_framework(bed, "restart")
+    try:
+        api = client_of(service)
+        assert api.post("/v2/apps", app("/cv/again", registry.reference("cv/restart", "1"),
+                                        constraints=[["hostname", "IS", "k80-node"]])
+                        ).status == 201
+        before = wait_for(lambda: running(api, "/cv/again", 1), timeout=90)[0]
+    finally:
+        service.stop()
+    service = start_framework(bed, "restart")
+    try:
+        api = client_of(service)
+        after = wait_for(lambda: running(api, "/cv/again", 1), timeout=60)[0]
+        assert after["id"] == before["id"]
+        assert after["imageVariant"] == before["imageVariant"]
+        assert after["imageVariant"]["digest"] == pushed["k80"].digest
+        api.delete("/v2/apps/cv/again")
+        wait_for(lambda: api.get("/v2/apps/cv/again").status == 404, timeout=60)
+    finally:
+        service.stop()
