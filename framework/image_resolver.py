@@ -23,6 +23,7 @@ can revive offers or fail the task.
 """
 import logging
 import threading
+from functools import lru_cache
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Collection, Dict, Optional, Tuple
@@ -51,6 +52,14 @@ class _Image:
     looked_at: float = 0.0
 
 
+@lru_cache(maxsize=4096)
+def _registry_of(image: str) -> Optional[str]:
+    try:
+        return image_ref.parse(image).registry
+    except UserError:
+        return None
+
+
 @dataclass(frozen=True)
 class Status:
     state: str                    # READY, WAITING, FAILED
@@ -76,12 +85,7 @@ class ImageResolver:
     # -- what the scheduler asks -------------------------------------------------------------
     def handles(self, image: Optional[str]) -> bool:
         """Is `image` in one of the registries this framework resolves?"""
-        if not image:
-            return False
-        try:
-            return image_ref.parse(image).registry in self.registries
-        except UserError:
-            return False
+        return bool(image) and _registry_of(image) in self.registries
 
     def request(self, task_id: str, image: str) -> None:
         """A fresh look at `image` for `task_id` (queued or retried now)."""
@@ -121,8 +125,10 @@ class ImageResolver:
             return Status(FAILED, str(state.error))
 
     def _waiting_text(self, state: _Image) -> str:
-        left = max(0.0, state.retry_at - time.monotonic())
-        return f"waiting for the registry: {state.error} (asking again in {left:.0f} s)"
+        # the delay, not the time left: a reason that changes only when the
+        # registry's answer does (tasks' records are written when it changes)
+        return (f"waiting for the registry: {state.error} (asking again every "
+                f"{state.retry_delay:.0f} s)")
 
     def forget(self, task_id: str) -> None:
         with self._cond:

@@ -103,7 +103,7 @@ def test_a_registry_down_keeps_tasks_waiting_until_it_is_back(registry, resolver
         status = resolver.status("t")
         time.sleep(0.05)
     assert status.reason.startswith(f"waiting for the registry: registry {registry.address} "
-                                    f"is unreachable: Connection refused (asking again in ")
+                                    f"is unreachable: Connection refused (asking again every ")
     time.sleep(3)                                  # asked again, with back-off
     heads = [c for c in resolver.client.calls if c[0] == "HEAD"]
     assert 2 <= len(heads) <= 4, heads

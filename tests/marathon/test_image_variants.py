@@ -307,7 +307,7 @@ def test_apps_wait_while_the_registry_is_killed_or_broken_and_run_once_it_is_bac
                         ).status == 201
         reason = queue_reason(api, "/cv/waits", "is unreachable")
         assert reason.startswith(f"waiting for the registry: registry {registry.address} is "
-                                 f"unreachable: Connection refused (asking again in ")
+                                 f"unreachable: Connection refused (asking again every ")
         time.sleep(2)
         assert api.get("/v2/apps/cv/waits").json["app"]["tasksRunning"] == 0
     finally:
