@@ -23,9 +23,9 @@ can revive offers or fail the task.
 """
 import logging
 import threading
-from functools import lru_cache
 import time
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Callable, Collection, Dict, Optional, Tuple
 
 from common.errors import UserError
