@@ -33,13 +33,18 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 PKGS="docker.io busybox-static libsvn1 libapr1 libcurl4 libsasl2-2 zlib1g libssl3 libssl-dev \
-      g++ gcc curl python3-venv bc iproute2 debootstrap"
+      g++ gcc curl python3-venv bc iproute2 debootstrap docker-registry apache2-utils openssl"
 missing=$(for p in $PKGS; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || echo "$p"; done)
 if [ -n "$missing" ]; then
   step "apt packages: $(echo $missing)"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends $missing >/dev/null
+  # The tests run their own registry on 127.0.0.1; the package's service would
+  # listen on every interface (:5000) on a host booted with systemd.
+  if echo "$missing" | grep -qw docker-registry && [ -d /run/systemd/system ]; then
+    systemctl disable --now docker-registry.service >/dev/null 2>&1 || true
+  fi
 fi
 
 if [ ! -x .venv/bin/python ]; then

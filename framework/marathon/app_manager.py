@@ -340,6 +340,12 @@ class AppManager:
                     out.append((app, waiting + missing, self.backoff.get(app["id"], Backoff())))
             return out
 
+    def waiting_reason(self, app_id: str) -> Optional[str]:
+        """Why an app's queued task is not launched yet, as the scheduler says."""
+        with self.lock:
+            return next((v.message for v in self.views.values() if v.app_id == app_id
+                         and v.alive and not v.launched and v.message), None)
+
     def reset_delay(self, app_id: str) -> None:
         with self.lock:
             self.get(app_id)
@@ -414,7 +420,8 @@ class AppManager:
                                 taskId=view.task_id, taskStatus=view.state,
                                 message=view.message or "", appId=view.app_id,
                                 host=view.host or "", ports=[], ipAddresses=[],
-                                version=view.version)
+                                version=view.version,
+                                **({"imageVariant": dict(view.variant)} if view.variant else {}))
             if view.state == "TASK_RUNNING":
                 self.backoff.pop(view.app_id, None)
         if view.state in TERMINAL_STATES:

@@ -319,11 +319,13 @@ class MarathonApi:
         items = []
         for app, count, backoff in self.manager.queued():
             left = max(0.0, backoff.until - self.manager.clock())
+            summary = {"processedOffersCount": 0, "unusedOffersCount": 0}
+            reason = self.manager.waiting_reason(app["id"])
+            if reason:      # inside the summary: strict clients build objects from the item
+                summary["waitingReason"] = reason
             items.append({"app": app_model.to_json(app), "count": count,
                           "delay": {"timeLeftSeconds": int(round(left)), "overdue": left <= 0},
-                          "since": backoff.since,
-                          "processedOffersSummary": {"processedOffersCount": 0,
-                                                     "unusedOffersCount": 0}})
+                          "since": backoff.since, "processedOffersSummary": summary})
         return Response(200, {"queue": items})
 
 

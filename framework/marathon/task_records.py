@@ -9,7 +9,7 @@ host, granted GPU UUIDs, message.
 import calendar
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Optional, Tuple
+from typing import Any, Mapping, Optional, Tuple
 
 TERMINAL_STATES = frozenset({
     "TASK_FINISHED", "TASK_FAILED", "TASK_KILLED", "TASK_LOST", "TASK_ERROR",
@@ -56,6 +56,7 @@ class TaskView:
     staged_at: str = ""
     started_at: Optional[str] = None
     from_scheduler: bool = False
+    variant: Optional[Mapping[str, Any]] = None    # the image variant it runs (pinned)
 
     @classmethod
     def queued(cls, task_id: str, meta: dict) -> "TaskView":
@@ -89,6 +90,8 @@ class TaskView:
             out["startedAt"] = self.started_at
         if with_gpus:
             out["gpuUuids"] = list(self.gpu_uuids)
+            if self.variant:
+                out["imageVariant"] = dict(self.variant)
         return out
 
 
@@ -109,4 +112,4 @@ def view_of(record: Any) -> Optional[TaskView]:
                     host=_text(_get(record, "hostname", "host")),
                     gpu_uuids=tuple(str(g) for g in gpus if not isinstance(g, (int, float))),
                     message=_text(_get(record, "message")),
-                    from_scheduler=True)
+                    from_scheduler=True, variant=_get(record, "variant") or None)
