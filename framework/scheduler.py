@@ -22,7 +22,12 @@ What it does with the master:
 - retries a failed launch attempt with exponential back-off (a new Mesos task
   id per attempt: `<id>`, `<id>.retry1`, ...), unless the executor said a retry
   cannot help (bad image, CUDA mismatch, no Docker engine) or the task is invalid;
-- kills (and re-sends the kill until a terminal update arrives).
+- kills (and re-sends the kill until a terminal update arrives);
+- resolves the images of the registries it is given (`registries`) before a
+  task is matched (framework.image_resolver): an index gets the variant the
+  agent's platform_features select, pinned by digest in the TaskInfo and
+  kept on the record (`variant`); a task waits while its image cannot be
+  resolved (the message says why) and fails when the registry's answer is final.
 
 Everything is keyed by TaskSpec.id; each task is one TaskRecord
 (framework.task_record), stored under its id. State changes are written to the
@@ -43,6 +48,7 @@ from typing import Any, Callable, Mapping, Optional
 from framework import taskinfo
 from framework.constraints import offer_fields
 from framework.driver_supervisor import DriverSupervisor
+from framework.image_resolver import FAILED, READY, ImageResolver
 from framework.matching import RESTRICTED, Matcher, gpu_behavior
 from framework.mesos_driver import MISSED_HEARTBEATS, SchedulerDriver
 from framework.state_store import SchedulerStore, StoreError
@@ -53,6 +59,8 @@ from common.errors import UserError
 
 log = logging.getLogger(__name__)
 
+WAITING_FOR_OFFER = "waiting for a matching offer"
+_NO_VARIANT = "waiting: no offered agent"     # framework.variant_selection.unservable_reason
 MAINTENANCE_INTERVAL = 1.0
 RECONCILE_RETRY_SECONDS = 1.0   # first re-ask for unanswered tasks; doubles each time
 RECONCILE_RETRY_MAX_SECONDS = 60.0
@@ -88,6 +96,18 @@ class SchedulerConfig:
     missed_heartbeats: float = MISSED_HEARTBEATS
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     executor: taskinfo.ExecutorSettings = field(default_factory=taskinfo.ExecutorSettings)
+    # registries (host[:port]) whose images are resolved: variants, digests
+    registries: tuple[str, ...] = ()
+    registry_config: Optional[str] = None    # a Docker config.json with their credentials
+
+
+def _resolver(config: SchedulerConfig, on_change: Callable[[], None]) -> Optional[ImageResolver]:
+    """The image resolver for the registries the framework is given (None: none)."""
+    if not config.registries:
+        return None
+    from framework.registry_client import RegistryClient, load_credentials
+    credentials = load_credentials(config.registry_config, required=bool(config.registry_config))
+    return ImageResolver(RegistryClient(credentials), frozenset(config.registries), on_change)
 
 
 def _labels(status: Mapping[str, Any]) -> dict[str, str]:
@@ -126,12 +146,15 @@ class GpuScheduler:
         self._reconcile_retry_delay = RECONCILE_RETRY_SECONDS
         self._reconcile_retry_at = 0.0
         self._offers_seen: Counter = Counter()
+        self.variants = _resolver(config, self._variants_changed)
         self._recover()
 
     # -- public API -------------------------------------------------------------------
 
     def start(self) -> "GpuScheduler":
         self._stop.clear()
+        if self.variants is not None:
+            self.variants.start()
         self.supervisor.start()
         self._maintenance = threading.Thread(target=self._maintain, name="scheduler-maintenance",
                                              daemon=True)
@@ -146,6 +169,8 @@ class GpuScheduler:
         if self._maintenance is not None:
             self._maintenance.join()
             self._maintenance = None
+        if self.variants is not None:
+            self.variants.stop()
         if teardown:
             self.store.set_framework_id(None)
         self._subscribed.clear()
@@ -170,10 +195,11 @@ class GpuScheduler:
         with self._lock:
             if spec.id in self._records:
                 raise UserError(f"task {spec.id}: a task with this id already exists")
-            record = TaskRecord(spec=spec, message="waiting for a matching offer",
+            record = TaskRecord(spec=spec, message=WAITING_FOR_OFFER,
                                 app_version=app_version, config_version=config_version)
             self._save(record)          # a store that refuses it: no task, nothing to undo
             self._records[spec.id] = record
+            self._request_variant(record)
             copy = record.copy()
         log.info("task %s queued (%s, %g cpus, %g MB, %d GPUs)", spec.id, spec.container,
                  spec.cpus, spec.mem, spec.gpus)
@@ -215,6 +241,8 @@ class GpuScheduler:
             del self._records[task_id]
             self._by_mesos_id.pop(record.mesos_task_id, None)
             self.store.delete(RECORD_KIND, task_id)
+            if self.variants is not None:
+                self.variants.forget(task_id)
 
     def tasks(self) -> list[TaskRecord]:
         """Every known task (copies), in submission order."""
@@ -263,13 +291,18 @@ class GpuScheduler:
             now = time.time()
             waiting = [r.spec for r in self._records.values()
                        if r.state == PENDING and r.not_before <= now and not r.kill_requested]
+            waiting, changed = self._resolved(waiting)
             if not waiting:
                 self._decline(offers)
                 self._suppress_if_idle()
+                self._notify_all(changed)
                 return
-            result = self.matcher.match(waiting, offers, self._placed_by_app())
+            selector = self.variants.selector() if self.variants is not None else None
+            result = self.matcher.match(waiting, offers, self._placed_by_app(), selector)
             by_id = {o["id"]["value"]: o for o in offers}
-            launches = self._record_launches(result.placements, by_id)
+            launches = self._record_launches(result.placements, by_id, selector)
+            changed += self._explain_unplaced(result.unplaced, offers, selector)
+        self._notify_all(changed)
         for offer_id, tasks in launches.items():
             log.info("launching %s on %s", ", ".join(t["task_id"]["value"] for t in tasks),
                      by_id[offer_id].get("hostname"))
@@ -331,7 +364,7 @@ class GpuScheduler:
         return placed
 
     def _record_launches(self, placements: Mapping[str, list[TaskSpec]],
-                         offers: Mapping[str, dict]) -> dict[str, list[dict]]:
+                         offers: Mapping[str, dict], selector: Any = None) -> dict[str, list[dict]]:
         """Mark placed tasks TASK_STAGING in the store (before the ACCEPT goes
         out) and build their TaskInfos."""
         framework_id = self.store.framework_id() or ""
@@ -339,7 +372,7 @@ class GpuScheduler:
         before = {spec.id: self._records[spec.id].copy()
                   for specs in placements.values() for spec in specs}
         try:
-            self._stage(placements, offers, framework_id, launches)
+            self._stage(placements, offers, framework_id, launches, selector)
         except StoreError as e:
             # Nothing was written: the tasks wait for the next offer, as they were.
             log.error("not launching %d task(s): %s", len(before), e)
@@ -352,7 +385,7 @@ class GpuScheduler:
         return launches
 
     def _stage(self, placements: Mapping[str, list[TaskSpec]], offers: Mapping[str, dict],
-               framework_id: str, launches: dict[str, list[dict]]) -> None:
+               framework_id: str, launches: dict[str, list[dict]], selector: Any) -> None:
         with self.store.transaction():
             for offer_id, specs in placements.items():
                 offer = offers[offer_id]
@@ -367,9 +400,14 @@ class GpuScheduler:
                     record.agent_id, record.hostname = agent_id, offer.get("hostname")
                     record.agent_fields, record.gpus = fields, []
                     record.role = _offer_role(offer, self.config.role)
-                    self._set_state(record, "TASK_STAGING", f"launching on {record.hostname}")
+                    launch = spec
+                    if selector is not None and selector.handles(spec.image):
+                        launch = selector.pin(spec, fields)
+                    record.variant = dict(launch.variant or {})
+                    self._set_state(record, "TASK_STAGING", f"launching on {record.hostname}" + (
+                        f" as {launch.image}" if launch.variant else ""))
                     launches.setdefault(offer_id, []).append(taskinfo.build(
-                        spec, agent_id, framework_id, self.config.executor, record.mesos_task_id))
+                        launch, agent_id, framework_id, self.config.executor, record.mesos_task_id))
 
     def _decline(self, offers: list[dict]) -> None:
         if offers:
@@ -408,6 +446,7 @@ class GpuScheduler:
         if state in RETRYABLE_STATES and self._should_retry(record, status, labels):
             delay = self.config.retry.delay(record.attempts)
             record.not_before = time.time() + delay
+            self._request_variant(record)       # the retry reads the image's index again
             self._set_state(record, PENDING, f"attempt {record.attempts} ended {state}: "
                             f"{message}; retrying in {delay:g}s")
             log.warning("task %s: %s", record.id, record.message)
@@ -498,6 +537,7 @@ class GpuScheduler:
             for record in self._records.values():
                 if record.launched:
                     record.not_before = 0.0
+                    self._request_variant(record)
                     self._set_state(record, PENDING, "framework was removed by the master; "
                                     "relaunching")
         self.supervisor.restart()
@@ -553,6 +593,79 @@ class GpuScheduler:
 
     def _save(self, record: TaskRecord) -> None:
         self.store.put(RECORD_KIND, record.id, record.to_json())
+
+    # -- image variants (framework.image_resolver, framework.variant_selection) -------------------
+
+    def _request_variant(self, record: TaskRecord) -> None:
+        if self.variants is not None and self.variants.handles(record.spec.image):
+            self.variants.request(record.id, record.spec.image)
+
+    def _resolved(self, specs: list[TaskSpec]) -> tuple[list[TaskSpec], list[TaskRecord]]:
+        """The specs whose image is resolved (or needs no resolving); the others
+        wait (message: why) or fail (TASK_ERROR: the registry's final answer).
+        Returns them and the copies of the records that changed. Under the lock."""
+        if self.variants is None:
+            return specs, []
+        ready, changed = [], []
+        for spec in specs:
+            if not self.variants.handles(spec.image):
+                ready.append(spec)
+                continue
+            record = self._records[spec.id]
+            status = self.variants.status(spec.id)
+            if status.state == READY:
+                ready.append(spec)
+                if record.message.startswith(self.variants.WAITING_PREFIXES):
+                    self._set_state(record, PENDING, WAITING_FOR_OFFER)   # resolved now
+                    changed.append(record.copy())
+            elif status.state == FAILED:
+                self._set_state(record, "TASK_ERROR", f"image {spec.image}: {status.reason}")
+                log.warning("task %s: %s", spec.id, record.message)
+                changed.append(record.copy())
+            elif record.message != status.reason:
+                self._set_state(record, PENDING, status.reason)
+                changed.append(record.copy())
+        return ready, changed
+
+    def _explain_unplaced(self, unplaced: list[TaskSpec], offers: list[dict],
+                          selector: Any) -> list[TaskRecord]:
+        """A task of an image no offered agent can run any variant of says so."""
+        if selector is None:
+            return []
+        reasons: dict[str, Optional[str]] = {}
+        changed = []
+        for spec in unplaced:
+            if not selector.handles(spec.image):
+                continue
+            if spec.image not in reasons:
+                reasons[spec.image] = selector.reason(spec.image, [offer_fields(o) for o in offers])
+            reason = reasons[spec.image]
+            record = self._records[spec.id]
+            if reason:
+                message = f"waiting: {reason}"
+            elif record.message.startswith(_NO_VARIANT):
+                message = WAITING_FOR_OFFER         # an agent runs one now: no longer the reason
+            else:
+                continue
+            if record.message != message:
+                self._set_state(record, PENDING, message)
+                changed.append(record.copy())
+        return changed
+
+    def _variants_changed(self) -> None:
+        """The resolver finished a look (its worker thread): fail, explain or revive."""
+        with self._lock:
+            pending = [r.spec for r in self._records.values()
+                       if r.state == PENDING and not r.kill_requested]
+            ready, changed = self._resolved(pending)
+            wake = any(self.variants.handles(s.image) for s in ready)
+        self._notify_all(changed)
+        if wake:
+            self._revive()
+
+    def _notify_all(self, copies: list[TaskRecord]) -> None:
+        for copy in copies:
+            self._notify(copy)
 
     def _notify(self, record: TaskRecord) -> None:
         for callback in list(self._callbacks):

@@ -73,6 +73,7 @@ class TaskRecord:
     agent_fields: dict[str, str] = field(default_factory=dict)
     role: str = ""
     gpus: list[str] = field(default_factory=list)
+    variant: dict = field(default_factory=dict)   # the image variant launched (pinned)
     message: str = ""
     reason: str = ""
     attempts: int = 0
@@ -110,7 +111,8 @@ class TaskRecord:
         return is_alive(self.state)
 
     def copy(self) -> "TaskRecord":
-        return replace(self, agent_fields=dict(self.agent_fields), gpus=list(self.gpus))
+        return replace(self, agent_fields=dict(self.agent_fields), gpus=list(self.gpus),
+                       variant=dict(self.variant))
 
     def to_json(self) -> dict[str, Any]:
         data = {name: getattr(self, name) for name in self.__dataclass_fields__}

@@ -10,6 +10,9 @@
     gpu_compute_capability  the lowest compute capability, e.g. 3.7
     nvidia_driver           driver version, e.g. 535.54.03
     cuda_driver             highest CUDA version the driver supports, e.g. 12.2
+    platform_features       what images may ask for (isolator.platform_features),
+                            '/'-joined: nvidia-535-54/cuda-12-2/nv-compute-3-7/
+                            x86-64-v3/broadwell; on a node without GPUs the CPU's only
 
 On a node with several GPU models, gpu_type and gpu_model name the most common
 one (ties: the first by NVML index), gpu_types lists all of them, and memory and
@@ -23,6 +26,7 @@ from typing import List, Optional, Sequence
 
 from isolator.flags import parse_resources
 from isolator.gpu import Gpu, Inventory
+from isolator.platform_features import ATTRIBUTE as PLATFORM_ATTRIBUTE, NodePlatform
 
 TEXT_UNSAFE = re.compile(r"[^a-z0-9]+")
 
@@ -89,9 +93,11 @@ def name_of(part: str) -> str:
 
 
 def lines(gpus: Sequence[Gpu], inventory: Inventory,
-          operator_resources: Optional[str]) -> List[str]:
+          operator_resources: Optional[str], platform: Optional[NodePlatform] = None) -> List[str]:
     out = [f"--resources={resources(len(gpus), operator_resources)}"]
     attrs = attributes(gpus, inventory)
+    if platform is not None and platform.features():
+        attrs.append(f"{PLATFORM_ATTRIBUTE}:{platform.attribute_value()}")
     if attrs:
         out.append("--attributes=" + ";".join(attrs))
     return out

@@ -59,6 +59,7 @@ class Demo:
         self.args, self.stack = args, stack
         self.step_no = 0
         self.t0 = time.monotonic()
+        self.own_dirs: List[str] = []     # where our daemons mount: checked at the end
 
     def step(self, text: str) -> None:
         self.step_no += 1
@@ -73,6 +74,7 @@ class Demo:
 
         self.step("private Docker engine (own data root and socket, vfs, no network)")
         engine = self.stack.enter_context(docker_engine.DockerEngine())
+        self.own_dirs.append(str(engine.run_dir))
         say(f"  dockerd at {engine.host}")
 
         self.step("example image mesos-gpu/cognitive:1 (python3 + numpy; first run "
@@ -81,6 +83,7 @@ class Demo:
 
         self.step("agent daemon: GPUs, driver volume, ledger, local API")
         node = self.stack.enter_context(gpu_node.GpuNode(node_layout, engine.host))
+        self.own_dirs.append(str(node.dir))
         for line in node.start_lines():
             say(f"  {line}")
 
@@ -92,6 +95,7 @@ class Demo:
         agent = self.stack.enter_context(mesos.Agent(master, resources, attributes,
                                                      hostname="demo-gpu-node"))
         say(f"  master http://{master.address}, agent {agent.id}")
+        self.own_dirs += [str(master.run_dir), str(agent.run_dir)]
 
         self.step("framework + Marathon API on 127.0.0.1")
         api_url, credentials = self.stack.enter_context(
@@ -159,7 +163,7 @@ def framework_service(master: str, node, engine) -> Iterator[Tuple[str, str]]:
 
 
 def show_isolation(engine, node) -> None:
-    from isolator.docker_devices import LABEL
+    from isolator.api import CONTAINER_LABEL as LABEL
     containers = engine.client().containers.list(filters={"label": LABEL})
     if not containers:
         raise UserError("no running GPU container to look into")
@@ -191,11 +195,13 @@ def wait_until_freed(node) -> None:
     say("  every GPU is back in the pool")
 
 
-def leftovers(before_mounts: List[str]) -> List[str]:
-    """Mounts added since the demo started, and child processes still alive."""
+def leftovers(own_dirs: List[str]) -> List[str]:
+    """Mounts below the directories the demo's daemons used, and child processes still
+    alive. (Only our own directories: other programs may mount meanwhile.)"""
     with open("/proc/self/mountinfo") as f:
         mounts = [line.split()[4] for line in f]
-    left = [f"mount {m}" for m in mounts if m not in before_mounts]
+    left = [f"mount {m}" for m in mounts
+            if any(m == d or m.startswith(d.rstrip("/") + "/") for d in own_dirs)]
     me = str(os.getpid())
     for stat in os.listdir("/proc"):
         if stat.isdigit():
@@ -218,13 +224,12 @@ def run(args: argparse.Namespace) -> int:
     # dockerd outlive the demo); SIGINT too when the shell started it ignored.
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGINT, _interrupt)
-    with open("/proc/self/mountinfo") as f:
-        before = [line.split()[4] for line in f]
     demo_t0 = time.monotonic()
     with ExitStack() as stack:
-        rc = Demo(args, stack).run()
+        demo = Demo(args, stack)
+        rc = demo.run()
         say("[demo] shutting down: apps, framework, Mesos, agent daemon, Docker engine")
-    left = leftovers(before)
+    left = leftovers(demo.own_dirs)
     if left:
         raise UserError("left behind after shutdown: " + ", ".join(left))
     say(f"[demo] done in {time.monotonic() - demo_t0:.0f} s; nothing left running or mounted")

@@ -63,11 +63,13 @@ class TasksResource:
             now = self.registry.clock()
             for app, count, backoff in queued:
                 left = max(0.0, backoff.until - now)
+                summary = {"processedOffersCount": 0, "unusedOffersCount": 0}
+                reason = self.registry.waiting_reason(app["id"])
+                if reason:      # inside the summary: strict clients build objects from the item
+                    summary["waitingReason"] = reason
                 items.append({"app": app_model.to_json(app), "count": count,
                               "delay": {"timeLeftSeconds": int(round(left)), "overdue": left <= 0},
-                              "since": backoff.since,
-                              "processedOffersSummary": {"processedOffersCount": 0,
-                                                         "unusedOffersCount": 0}})
+                              "since": backoff.since, "processedOffersSummary": summary})
         return Response(200, {"queue": items})
 
     def reset_delay(self, r: Request, app_id: str) -> Response:

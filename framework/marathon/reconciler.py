@@ -134,7 +134,8 @@ class Reconciler:
                              taskId=record.id, taskStatus=record.state,
                              message=record.message or "", appId=record.app_id,
                              host=record.hostname or "", ports=[], ipAddresses=[],
-                             version=record.app_version)
+                             version=record.app_version,
+                             **({"imageVariant": dict(record.variant)} if record.variant else {}))
             if record.state == RUNNING:
                 r.backoff.pop(record.app_id, None)
         if record.terminal:

@@ -148,6 +148,11 @@ class Registry:
                 out.append((app, waiting + missing, self.backoff.get(app["id"], Backoff())))
         return out
 
+    def waiting_reason(self, app_id: str) -> Optional[str]:
+        """Why an app's pending task is not launched yet, as the scheduler says."""
+        return next((t.message for t in self.tasks.values() if t.app_id == app_id
+                     and t.alive and t.pending and t.message), None)
+
     def locking(self, app_ids: Iterable[str]) -> List[str]:
         wanted = set(app_ids)
         return [p["id"] for p in self.plans.values()

@@ -26,7 +26,9 @@ from framework.marathon.reconciler import Reconciler
 from framework.marathon.registry import Registry
 from framework.marathon.server import MarathonHttpServer
 from framework.state_store import StateStore
+from isolator.api import DEFAULT_SOCKET as DEFAULT_AGENT_SOCKET
 from common import instance_lock
+from common.paths import first_missing
 from volumes.cli import non_empty
 from common.errors import UserError
 from framework.task_record import RUNNING
@@ -35,7 +37,6 @@ from framework.timestamps import format_timestamp
 log = logging.getLogger(__name__)
 
 DEFAULT_STATE_DIR = "/var/lib/mesos-gpu/framework"
-DEFAULT_AGENT_SOCKET = "/var/lib/mesos-gpu/agent.sock"
 FRAMEWORK_NAME = "marathon-gpu"
 FAILOVER_TIMEOUT = 7 * 24 * 3600.0
 LOCK_NAME = "framework.lock"
@@ -79,6 +80,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "revives offers at once)")
     p.add_argument("--framework_name", default=FRAMEWORK_NAME, metavar="NAME", type=non_empty,
                    help=f"framework name registered with Mesos (default {FRAMEWORK_NAME})")
+    p.add_argument("--registry", action="append", metavar="HOST[:PORT][,...]",
+                   help="a registry whose images the framework resolves before launching: an "
+                        "image index gets, on each agent, the variant its platform_features "
+                        "select; every image is pinned by digest and pulled by the executor. "
+                        "Images of other registries run by name, as present on the agent. "
+                        "Repeatable; default none")
+    p.add_argument("--registry_config", metavar="FILE", type=non_empty,
+                   help="a Docker client config.json with the registries' credentials "
+                        "('auths'); default ~/.docker/config.json when it exists")
     p.add_argument("--gpu_scheduling_behavior", choices=("restricted", "unrestricted"),
                    default="restricted",
                    help="restricted (default): tasks without GPUs stay off GPU agents; "
@@ -98,10 +108,11 @@ class FrameworkService:
             raise UserError(f"--max_body_bytes must be at least 1024, got {args.max_body_bytes}")
         from framework.mesos_driver import check_master     # pymesos: only when it runs
         check_master(args.master)
+        registries(getattr(args, "registry", None))
         self.args = args
         explicit = Authenticator.from_args(args.http_credentials, args.http_token_file)
         self.policy = DockerPolicy.from_names(args.allow_docker_parameters)
-        made = _first_missing(args.state_dir)
+        made = first_missing(args.state_dir)
         self.store = StateStore(args.state_dir)
         self._lock_fd: Optional[int] = None
         try:
@@ -225,14 +236,6 @@ def _hold_lock(state_dir: str) -> int:
                         f"({path} is locked)") from None
 
 
-def _first_missing(path: str) -> Optional[str]:
-    """The topmost directory of `path` that does not exist yet (None: it exists)."""
-    missing = None
-    path = os.path.abspath(path)
-    while not os.path.lexists(path):
-        missing, path = path, os.path.dirname(path)
-    return missing
-
 
 def default_scheduler_factory(args: argparse.Namespace, store: StateStore) -> Any:
     """The project's GPU scheduler (framework/scheduler.py) for these flags."""
@@ -243,8 +246,33 @@ def default_scheduler_factory(args: argparse.Namespace, store: StateStore) -> An
         gpu_scheduling=args.gpu_scheduling_behavior, failover_timeout=FAILOVER_TIMEOUT,
         refuse_seconds=args.refuse_seconds,
         executor=taskinfo.ExecutorSettings(agent_socket=args.agent_socket,
-                                           docker_host=args.docker_host))
+                                           docker_host=args.docker_host),
+        registries=registries(getattr(args, "registry", None)),
+        registry_config=getattr(args, "registry_config", None) or _default_registry_config())
     return GpuScheduler(config, store)
+
+
+def registries(values: Optional[list]) -> tuple:
+    """--registry values (repeatable, comma lists) as host[:port], checked."""
+    from framework.image_ref import parse
+    out = []
+    for value in values or ():
+        for name in filter(None, (v.strip() for v in value.split(","))):
+            try:
+                ref = parse(f"{name}/probe")
+            except UserError:
+                ref = None
+            if ref is None or ref.registry != name:
+                raise UserError(f"--registry {name!r}: not a registry host[:port] (a name with "
+                                f"a '.' or a port, or localhost)")
+            out.append(name)
+    return tuple(dict.fromkeys(out))
+
+
+def _default_registry_config() -> Optional[str]:
+    from framework.registry_client import docker_config_path
+    path = docker_config_path()
+    return path if os.path.exists(path) else None
 
 
 def run(args: argparse.Namespace) -> int:
