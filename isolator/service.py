@@ -22,7 +22,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import replace
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from isolator import cgroup_host, cgroup_paths, crashpoints, devices, nvml
 from isolator.allocator import Allocator
@@ -39,6 +39,7 @@ from isolator.recovery import Recovery, Report
 from isolator.topology import Topology
 
 log = logging.getLogger("mesos-gpu.agent")
+CONTROL_TTL = 1.0
 
 
 class AgentService:
@@ -58,6 +59,8 @@ class AgentService:
         self.prepare_timeout = prepare_timeout
         self.holdings: Dict[str, Holding] = {}
         self.lock = threading.RLock()
+        self._granted = {g.minor: GrantedGpu(**g.to_json()) for g in managed}
+        self._control_read: Tuple[float, List[devices.DeviceNode]] = (0.0, [])
         self.counters: Counter = Counter()        # releases by reason, drift repairs, ...
         self._owner_listeners: List[Callable[[Owner], None]] = []
 
@@ -96,7 +99,14 @@ class AgentService:
     # --- helpers ----------------------------------------------------------------------------
 
     def _control(self) -> List[devices.DeviceNode]:
-        return devices.control_devices(self.dev_dir)
+        """The control devices, read again at most every CONTROL_TTL seconds
+        (nvidia-uvm's major is dynamic: a module reload may change it)."""
+        read_at, nodes = self._control_read
+        now = time.monotonic()
+        if now - read_at > CONTROL_TTL:
+            nodes = devices.control_devices(self.dev_dir)
+            self._control_read = (now, nodes)
+        return list(nodes)
 
     def _rules(self, minors) -> List[devices.Rule]:
         granted = [self.gpus.get(m) or Gpu(-1, m, "", "", 0, "", "") for m in minors]
@@ -138,7 +148,7 @@ class AgentService:
         uuids = ",".join(g.uuid for g in gpus)
         return Grant(
             container_id=h.container_id, container_type=h.container_type,
-            gpus=tuple(GrantedGpu(**g.to_json()) for g in gpus),
+            gpus=tuple(self._granted[g.minor] for g in gpus),
             devices=tuple(nodes),
             env={"NVIDIA_VISIBLE_DEVICES": uuids or "void",
                  "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(len(gpus)))},
