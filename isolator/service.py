@@ -186,6 +186,8 @@ class AgentService:
             return self._grant(h)
 
     def isolate(self, request: IsolateRequest, caller: Owner) -> Grant:
+        if request.docker_id is not None:
+            self._check_docker_label(request.container_id, request.docker_id)   # no lock held
         with self.lock:
             h = self._get(request.container_id)
             self._check_owner(h, caller, "isolate")
@@ -198,7 +200,9 @@ class AgentService:
                 if request.docker_id is None:
                     raise BadRequest(f"container {h.container_id} is a DOCKER container: "
                                      "isolate it by 'docker_id'")
-                h = self._record_docker(h, request.docker_id)
+                log.info("isolated %s: Docker container %s, GPUs %s", h.container_id,
+                         request.docker_id[:12], list(h.gpus))
+                h = replace(h, state="isolated", docker_id=request.docker_id)
             else:
                 if request.pid is None:
                     raise BadRequest(f"container {h.container_id} is a MESOS container: "
@@ -207,20 +211,20 @@ class AgentService:
             self._put(h)       # recovery must know it was isolated: see cleanup
             return self._grant(h)
 
-    def _record_docker(self, h: Holding, docker_id: str) -> Holding:
-        if self.docker is not None:
-            try:
-                label = self.docker.label_of(docker_id)
-            except KeyError:
-                raise BadRequest(f"docker_id {docker_id}: no such Docker container") from None
-            except DockerUnavailable as e:
-                raise Unavailable(str(e)) from None
-            if label != h.container_id:
-                raise BadRequest(f"docker_id {docker_id}: its label mesos-gpu.container-id is "
-                                 f"{label!r}, not {h.container_id!r}")
-        log.info("isolated %s: Docker container %s, GPUs %s", h.container_id, docker_id[:12],
-                 list(h.gpus))
-        return replace(h, state="isolated", docker_id=docker_id)
+    def _check_docker_label(self, container_id: str, docker_id: str) -> None:
+        """The Docker container must carry our label with this container id. Asked of the
+        engine before the service lock is taken: the engine may be slow."""
+        if self.docker is None:
+            return
+        try:
+            label = self.docker.label_of(docker_id)
+        except KeyError:
+            raise BadRequest(f"docker_id {docker_id}: no such Docker container") from None
+        except DockerUnavailable as e:
+            raise Unavailable(str(e)) from None
+        if label != container_id:
+            raise BadRequest(f"docker_id {docker_id}: its label mesos-gpu.container-id is "
+                             f"{label!r}, not {container_id!r}")
 
     def _isolate_cgroup(self, h: Holding, pid: int, caller: Owner) -> Holding:
         placed = Placed.of_process(pid)
@@ -333,17 +337,22 @@ class AgentService:
     def release(self, h: Holding, reason: str, why: str) -> bool:
         """Stop a container nobody owns any more and give its GPUs back (`reason` is a
         short code counted in the metrics, `why` the sentence logged); False when the
-        holding changed meanwhile (its owner cleaned it up, say) and nothing was done."""
+        holding changed meanwhile (its owner cleaned it up, say) and nothing was done.
+        A Docker container is removed without the service lock (the engine may be slow);
+        its GPUs stay held until it is gone."""
         with self.lock:
             if self.holdings.get(h.container_id) is not h:
                 return False
-            if h.container_type == DOCKER and self.docker is not None:
-                try:
-                    self.docker.remove(h.container_id, h.docker_id)
-                except DockerUnavailable as e:
-                    log.warning("container %s: %s; its GPUs stay held until Docker answers",
-                                h.container_id, e)
-                    return False
+        if h.container_type == DOCKER and self.docker is not None:
+            try:
+                self.docker.remove(h.container_id, h.docker_id)
+            except DockerUnavailable as e:
+                log.warning("container %s: %s; its GPUs stay held until Docker answers",
+                            h.container_id, e)
+                return False
+        with self.lock:
+            if self.holdings.get(h.container_id) is not h:
+                return False
             killed = self._remove_cgroups(h)
             crashpoints.reached("release:after_stop", h.container_id)
             self._drop(h)
