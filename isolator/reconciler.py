@@ -33,11 +33,11 @@ import time
 from collections import Counter
 from typing import Dict, List, Optional, Set, Tuple
 
-from isolator import docker_devices, isolation_backend, mesos_agent_api
+from isolator import backends, docker_devices, mesos_agent_api
 from isolator.api import DOCKER, MESOS
 from isolator.container_cgroups import CgroupVanished
 from isolator.docker_state import LIVE_STATES, DockerUnavailable
-from isolator.isolation_backend import BackendGone
+from isolator.backends import BackendGone
 from isolator.ledger import Holding
 from isolator.owner import Owner
 from isolator.service import AgentService
@@ -263,7 +263,7 @@ class Reconciler:
             elif h.docker_id and service.docker is not None and service.cgroups.host.devices_v1:
                 pid = service.docker.init_pid(h.docker_id)
                 where = pid and docker_devices.v1_cgroup_of(service.cgroups.host.devices_v1, pid)
-                backend = isolation_backend.get("docker")
+                backend = backends.get("docker")
                 if where and backend.drifted(where, rules, sorted(service.gpus)):
                     backend.apply(where, rules)
                     self._count_repair(h, ["docker"])
