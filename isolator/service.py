@@ -334,16 +334,16 @@ class AgentService:
                 log.warning("container %s: cannot remove %s: %s", h.container_id, path, e)
         return sorted(set(killed))
 
-    def release(self, h: Holding, reason: str, why: str) -> bool:
-        """Stop a container nobody owns any more and give its GPUs back (`reason` is a
-        short code counted in the metrics, `why` the sentence logged); False when the
-        holding changed meanwhile (its owner cleaned it up, say) and nothing was done.
-        A Docker container is removed without the service lock (the engine may be slow);
-        its GPUs stay held until it is gone."""
+    def release(self, h: Holding, reason: str, why: str, stop: bool = True) -> bool:
+        """Give back the GPUs of a container nobody holds any more (`reason` is a short
+        code counted in the metrics, `why` the sentence logged) and, with `stop`, stop the
+        container too; False when the holding changed meanwhile (its owner cleaned it up,
+        say) and nothing was done. A Docker container is removed without the service lock
+        (the engine may be slow); its GPUs stay held until it is gone."""
         with self.lock:
             if self.holdings.get(h.container_id) is not h:
                 return False
-        if h.container_type == DOCKER and self.docker is not None:
+        if stop and h.container_type == DOCKER and self.docker is not None:
             try:
                 self.docker.remove(h.container_id, h.docker_id)
             except DockerUnavailable as e:
@@ -353,13 +353,22 @@ class AgentService:
         with self.lock:
             if self.holdings.get(h.container_id) is not h:
                 return False
-            killed = self._remove_cgroups(h)
+            killed = self._remove_cgroups(h) if stop else []
             crashpoints.reached("release:after_stop", h.container_id)
             self._drop(h)
             self.counters[f"released_{reason}"] += 1
         log.warning("container %s released GPUs %s: %s%s", h.container_id, list(h.gpus), why,
                     f" ({len(killed)} process(es) killed)" if killed else "")
         return True
+
+    def adopt(self, h: Holding, docker_id: str) -> None:
+        """A DOCKER container prepared, never isolated, that does run: record it isolated
+        (its executor died between `docker run` and isolate, or the answer was lost)."""
+        with self.lock:
+            if self.holdings.get(h.container_id) is h:
+                self._put(replace(h, state="isolated", docker_id=docker_id))
+                log.info("container %s: its Docker container %s runs: recorded as isolated",
+                         h.container_id, docker_id[:12])
 
     def usage(self, container_id: str) -> Dict:
         with self.lock:
