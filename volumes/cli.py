@@ -114,7 +114,7 @@ def driver_version(args) -> str:
         v = kernel_driver_version()
         if v:
             return v
-    v = components.gather(args.root).driver_version()
+    v = components.tree_version(args.root)
     if v is None:
         raise UserError(f"--driver_version not given and no NVIDIA driver found under "
                         f"{args.root} (no kernel module, no libnvidia-ml.so.<version>)")

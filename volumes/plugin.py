@@ -38,6 +38,7 @@ SOCKET_DIR = "/run/docker/plugins"
 VOLUME_KIND = "nvidia_driver"
 CONTENT_TYPE = "application/vnd.docker.plugins.v1+json"
 MAX_SOCKET_PATH = 107           # sun_path is 108 bytes with its NUL
+MAX_REQUEST = 1 << 20           # dockerd's requests are a few hundred bytes
 _VOLUME_NAME = re.compile(r"([a-zA-Z0-9_.-]+)_([0-9.]+)")     # nvidia-docker's rule
 
 
@@ -174,11 +175,21 @@ class _Handler(BaseHTTPRequestHandler):
             log.debug("volume plugin: a client went away mid-request")
 
     def do_POST(self) -> None:
+        # The whole request is read before any answer, a refusal included: a
+        # server that answers and closes while the client is still sending its
+        # body makes the client's write fail (EPIPE) instead of reading the answer.
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if not 0 <= length <= MAX_REQUEST:
+            self.close_connection = True
+            return self._reply(413 if length > MAX_REQUEST else 400,
+                               {"Err": f"Content-Length must be 0..{MAX_REQUEST} bytes"})
+        body = self.rfile.read(length) if length else b""
         accept = self.headers.get("Accept", "")
         if accept and "application/vnd.docker.plugins.v1" not in accept and "*/*" not in accept:
             return self._reply(406, {"Err": f"unsupported Accept {accept!r}"})
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else b""
         try:
             request = json.loads(body) if body.strip() else {}
         except ValueError:
