@@ -148,7 +148,11 @@ FIRMWARE_CLASS_PATH = Path("/sys/module/firmware_class/parameters/path")
 
 # A driver version as it appears at the end of a library's file name.
 _DRIVER_VERSION = re.compile(r"[0-9]{3,}\.[0-9]+(\.[0-9]+)?")
-_ANY_DRIVER_STRING = re.compile(rb"(?<![0-9.])[0-9]{3}\.[0-9]{2,3}\.[0-9]{2}(?![0-9.])")
+# A driver version as a C string in a binary ("535.261.03" and a NUL): found from its
+# cheap tail (".03" and the NUL), then checked whole; a regex over all of nvidia-smi
+# would cost more than the rest of the volume build.
+_VERSION_TAIL = re.compile(rb"\.[0-9]{2}\x00")
+_VERSION_STRING = re.compile(rb"[0-9]{3}\.[0-9]{2,3}\.[0-9]{2}")
 
 # Cache arch codes this machine runs, and which are 64-bit (lib64/).
 _HOST_ARCHES = {
@@ -243,23 +247,32 @@ def _contains(path: Path, needle: bytes) -> bool:
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
             at = m.find(needle)
             while at >= 0:
-                before = m[at - 1:at] if at else b""
-                after = m[at + len(needle):at + len(needle) + 1]
-                if not (before.isdigit() or before == b".") and \
-                        not (after.isdigit() or after == b"."):
+                if _bounded(m, at, at + len(needle)):
                     return True
                 at = m.find(needle, at + 1)
     return False
 
 
+def _bounded(data, start: int, end: int) -> bool:
+    """Is data[start:end] a whole number, not part of a longer one (12535.261.035)?"""
+    before = data[start - 1:start] if start else b""
+    after = data[end:end + 1]
+    return not (before.isdigit() or before == b".") and not (after.isdigit() or after == b".")
+
+
 def _other_driver_string(path: Path) -> Optional[str]:
-    """A driver version string in a binary's bytes (nvidia-smi carries its own)."""
+    """A driver version C string in a binary's bytes (nvidia-smi carries its own)."""
     with open(path, "rb") as f:
         if os.fstat(f.fileno()).st_size == 0:
             return None
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-            found = _ANY_DRIVER_STRING.search(m)
-            return found.group().decode() if found else None
+            for tail in _VERSION_TAIL.finditer(m):
+                end = tail.end() - 1
+                for start in (end - 9, end - 10):           # 535.261.03, 470.57.01
+                    if start >= 0 and _VERSION_STRING.fullmatch(m, start, end) and \
+                            _bounded(m, start, end):
+                        return m[start:end].decode()
+    return None
 
 
 def tree_version(root: Union[str, Path] = "/", cache: Optional[ldcache.Cache] = None,
@@ -362,12 +375,12 @@ def _of_running_driver(found: _Found, component: Component, entry: ldcache.Entry
         return real
     dirs = [os.path.dirname(entry.path)]
     if real is not None:
-        dirs.insert(0, os.path.dirname(_inside(found, real)))
         own = name_version(real.name)
         if own == found.version:
             return real
         if own is None and _contains(real, found.version.encode()):
             return real
+        dirs.insert(0, os.path.dirname(_inside(found, real)))
     sibling = _sibling(found, component, dirs)
     if sibling is not None:
         if real is not None:
