@@ -4,7 +4,7 @@ import json
 import logging
 import sys
 
-from isolator import cgroup_host, flags, mesos_agent_flags, nvml
+from isolator import cdi_spec, cgroup_host, flags, mesos_agent_flags, nvml
 
 
 AGENT_DESCRIPTION = """\
@@ -54,6 +54,7 @@ def register(sub) -> None:
     flags.add_selection_arguments(a.add_argument_group("GPU selection flags (run and flags)"))
     flags.add_daemon_arguments(a.add_argument_group("daemon flags (run only)"))
     a.set_defaults(func=cmd_agent)
+    cdi_spec.register(sub)
 
 
 def cmd_agent(args) -> int:

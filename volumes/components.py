@@ -316,7 +316,7 @@ def gather(root: Union[str, Path] = "/", cache: Optional[ldcache.Cache] = None,
     binaries = _binaries(found, search_path)
     libraries = _placed(found)
     firmware = _firmware(resolver, version) if version else []
-    if found.other_versions:
+    if found.other_versions and libraries:      # with none, the builder's error says it
         log.warning("driver volume for %s: leaving out %d files of other drivers: %s", version,
                     len(found.other_versions),
                     ", ".join(f"{p} ({v})" for p, v in found.other_versions))
