@@ -16,7 +16,7 @@ import threading
 from typing import Dict, Optional
 
 from common import instance_lock
-from isolator import cgroup_host, devices, flags, nvml
+from isolator import cgroup_host, devices, flags, nvml, side_services
 from isolator import topology as topology_mod
 from isolator.container_cgroups import ContainerCgroups
 from isolator.docker_state import DockerState
@@ -145,6 +145,7 @@ def _check_flags(args) -> None:
     flags.check_isolation(args.isolation)
     flags.check_daemon_values(args)
     flags.check_selection(args.nvidia_gpu_devices, args.resources)
+    side_services.check_flags(args)
     if args.docker_socket not in ("", "none"):
         import docker.utils                     # checked now, not at the first recovery
         try:
@@ -164,6 +165,7 @@ def run(args) -> int:
             service = build_service(args)
             service.recover()
             server = AgentServer(socket_path(args.work_dir), service)
+            extras = side_services.start(args, service)     # plugin, REST API, CDI, driver watch
         except BaseException:
             if made is not None:        # a refused start leaves no work dir behind
                 shutil.rmtree(made, ignore_errors=True)
@@ -186,6 +188,7 @@ def run(args) -> int:
         finally:
             stop.set()
             server.server_close()
+            extras.close()
             keeper.join(timeout=5)
             service.flush()
         log.info("stopped: %d containers hold %d GPUs (ledger %s)", len(service.holdings),

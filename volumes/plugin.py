@@ -71,14 +71,14 @@ class VolumePlugin:
         self.in_use = in_use or (lambda: set())
         self.mounts: Dict[str, Set[str]] = {}          # version -> mount ids
         self.created: Set[str] = set()
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()     # held per request; the daemon takes it to switch drivers
 
     def handle(self, endpoint: str, request: Dict[str, Any]) -> Dict[str, Any]:
         method = self._endpoints().get(endpoint)
         if method is None:
             return {"Err": f"unknown endpoint {endpoint}"}
         try:
-            with self._lock:
+            with self.lock:
                 return method(request)
         except UserError as e:
             return {"Err": str(e)}
