@@ -2,9 +2,12 @@
 import argparse
 import json
 import logging
+import os
 import sys
+from typing import Optional
 
 from isolator import cdi_spec, cgroup_host, flags, mesos_agent_flags, nvml
+from volumes.cli import non_empty
 
 
 AGENT_DESCRIPTION = """\
@@ -53,6 +56,19 @@ def register(sub) -> None:
                    help="run (default): the daemon; flags: print the mesos-agent flags")
     flags.add_selection_arguments(a.add_argument_group("GPU selection flags (run and flags)"))
     flags.add_daemon_arguments(a.add_argument_group("daemon flags (run only)"))
+    out = a.add_argument_group(
+        "output of `agent flags` (flags only); the operator's resources and attributes are "
+        "kept, ours (gpus, gpu_*) replace their namesakes. Without --resources/--attributes "
+        "they are read from --write_dir's files, else from $MESOS_RESOURCES/$MESOS_ATTRIBUTES")
+    out.add_argument("--attributes", metavar="ATTRIBUTES",
+                     help="the mesos-agent's other attributes, 'name:value;...'")
+    out.add_argument("--format", choices=("args", "env"), default="args",
+                     help="args (default): --resources=... and --attributes=... lines; env: "
+                          "MESOS_RESOURCES=... and MESOS_ATTRIBUTES=... for an environment file")
+    out.add_argument("--write_dir", metavar="DIR", type=non_empty,
+                     help="write the merged values into DIR/resources and DIR/attributes, as "
+                          "the Mesos packages read /etc/mesos-slave/ (a file with the value, "
+                          "or a directory with one file per name)")
     a.set_defaults(func=cmd_agent)
     cdi_spec.register(sub)
 
@@ -60,6 +76,11 @@ def register(sub) -> None:
 def cmd_agent(args) -> int:
     if args.action == "flags":
         return cmd_agent_flags(args)
+    for name in ("attributes", "write_dir"):
+        if getattr(args, name) is not None:
+            raise flags.FlagError(f"--{name} is for `mesos-gpu agent flags`, not the daemon")
+    if args.format != "args":
+        raise flags.FlagError("--format is for `mesos-gpu agent flags`, not the daemon")
     from isolator import agent
     return agent.run(args)
 
@@ -78,7 +99,33 @@ def cmd_agent_flags(args) -> int:
     selection = flags.select_gpus(inv, args.nvidia_gpu_devices, args.resources)
     if not selection.gpus:
         print(f"# {selection.reason}", file=sys.stderr)
-    for line in mesos_agent_flags.lines(selection.gpus, inv, args.resources):
+    flag_dir = mesos_agent_flags.FlagDir(args.write_dir) if args.write_dir else None
+
+    def operator(flag: str, given: Optional[str]) -> Optional[str]:
+        if given is not None:
+            return given
+        if flag_dir is not None:
+            return flag_dir.read(flag)
+        return os.environ.get(mesos_agent_flags.ENV_NAMES[flag]) or None
+
+    ours = mesos_agent_flags.attributes(selection.gpus, inv)
+    resources = mesos_agent_flags.resources(
+        len(selection.gpus), args.resources if args.resources is not None
+        else mesos_agent_flags.without_gpus(operator("resources", None)))
+    attributes = mesos_agent_flags.merged_attributes(operator("attributes", args.attributes), ours)
+    if flag_dir is not None:
+        gpus = f"gpus:{len(selection.gpus)}"
+        for path in flag_dir.write("resources", resources, [gpus], []) + \
+                flag_dir.write("attributes", attributes, ours,
+                               [n for n in mesos_agent_flags.ATTRIBUTE_NAMES
+                                if n not in {a.partition(":")[0] for a in ours}]):
+            print(f"wrote {path}")
+        return 0
+    if args.format == "env":
+        lines = mesos_agent_flags.env_lines(resources, attributes)
+    else:
+        lines = [f"--resources={resources}"] + ([f"--attributes={attributes}"] if attributes else [])
+    for line in lines:
         print(line)
     return 0
 
