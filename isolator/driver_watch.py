@@ -68,7 +68,10 @@ class DriverWatch:
         if self.build_volume and self.version and self.service.gpus:
             self.volume = builder.build(self.version, self.driver_root, self.volume_root)
             self._write_cdi()
-            self.collect()
+            try:
+                self.collect()
+            except Exception as e:               # old volumes wait for the next round
+                log.warning("driver watch: collecting old volumes failed: %s", e)
         self._thread = threading.Thread(target=self._loop, name="driver-watch", daemon=True)
         self._thread.start()
         log.info("watching the NVIDIA driver every %g s (driver %s)", self.interval, self.version)
@@ -130,6 +133,7 @@ class DriverWatch:
         except in_use.DockerUnreachable as e:
             self._keep_once("*", f"not collecting old driver volumes: {e}")
             return []
+        self._kept.pop("*", None)
         used: Set[str] = set()
         for s in olds:
             if s.version in users:

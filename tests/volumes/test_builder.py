@@ -298,6 +298,10 @@ def test_cli_build_ls_gc(two_version_root, tmp_path, mesos_gpu_cli):
     assert r.stdout.splitlines() == [
         f"nvidia_{OLD}  {root}/nvidia_{OLD}  (ok, hardlink, 9 files, 138 MiB)",
         f"nvidia_{V}  {root}/nvidia_{V}  (ok, hardlink, 25 files, 280 MiB)"]
+    r = mesos_gpu_cli("volume", "gc", "--volume_root", str(root), "--root", str(two_version_root),
+                      "--docker_socket", f"unix://{tmp_path}/no-docker.sock")
+    assert r.returncode == 2 and "nothing removed: Docker at unix://" in r.stderr
+    assert (root / f"nvidia_{OLD}").is_dir()
     r = mesos_gpu_cli("volume", "gc", "--volume_root", str(root), "--root", str(two_version_root))
     assert r.returncode == 0 and r.stdout.strip() == f"removed nvidia_{OLD}"
     r = mesos_gpu_cli("volume", "build", "--root", str(two_version_root), "--volume_root", str(root),
