@@ -164,8 +164,13 @@ def run(args) -> int:
         try:
             service = build_service(args)
             service.recover()
-            server = AgentServer(socket_path(args.work_dir), service)
+            # Before the API socket: once it exists (systemd's readiness check) all is served.
             extras = side_services.start(args, service)     # plugin, REST API, CDI, driver watch
+            try:
+                server = AgentServer(socket_path(args.work_dir), service)
+            except BaseException:
+                extras.close()
+                raise
         except BaseException:
             if made is not None:        # a refused start leaves no work dir behind
                 shutil.rmtree(made, ignore_errors=True)

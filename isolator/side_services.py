@@ -90,7 +90,7 @@ def start(args, service: AgentService) -> SideServices:
         if _on(args.volume_plugin):
             if building:
                 plugin = VolumePlugin(service.inventory.driver_version, args.driver_root,
-                                      args.volume_root, in_use=lambda: _current(side))
+                                      args.volume_root, keep=lambda: _current(side))
                 side.plugin_server = PluginServer(plugin, args.plugin_socket_dir,
                                                   args.volume_plugin).start()
             else:
@@ -114,5 +114,5 @@ def start(args, service: AgentService) -> SideServices:
 
 
 def _current(side: SideServices) -> Set[str]:
-    """The volume the daemon hands out now: Docker may not remove it."""
+    """The volume the daemon hands out now: `docker volume rm` leaves its directory."""
     return {side.watch.version} if side.watch is not None and side.watch.version else set()

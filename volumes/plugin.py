@@ -14,7 +14,9 @@ volume; `ro` because the volume is the host's driver.)
 
 Mount and Create build the volume (or reuse it: milliseconds) with
 `volumes.builder`; Remove deletes the directory unless a container mounted
-through this plugin, or one the owner reports through `in_use`, still uses it.
+through this plugin, or one the owner reports through `in_use`, still uses it,
+and leaves the directory of a version the owner `keep`s (the agent daemon's
+current volume: Docker forgets the name, the daemon still hands it out).
 """
 import json
 import logging
@@ -64,11 +66,15 @@ class VolumePlugin:
 
     def __init__(self, driver_version: str, driver_root: Union[str, Path] = "/",
                  volume_root: Union[str, Path] = builder.DEFAULT_VOLUME_ROOT,
-                 in_use: Optional[Callable[[], Set[str]]] = None) -> None:
+                 in_use: Optional[Callable[[], Set[str]]] = None,
+                 keep: Optional[Callable[[], Set[str]]] = None) -> None:
         self.driver_version = builder.check_version(driver_version)
         self.driver_root = Path(driver_root)
         self.volume_root = Path(volume_root)
         self.in_use = in_use or (lambda: set())
+        # Versions whose directory Remove leaves alone (Docker only forgets the
+        # name): the agent daemon's current volume, which it also hands out.
+        self.keep = keep or (lambda: set())
         self.mounts: Dict[str, Set[str]] = {}          # version -> mount ids
         self.created: Set[str] = set()
         self.lock = threading.Lock()     # held per request; the daemon takes it to switch drivers
@@ -128,6 +134,11 @@ class VolumePlugin:
         if users or version in self.in_use():
             raise UserError(f"volume {request['Name']} is in use "
                             f"({users or 'some'} container(s)); not removed")
+        if version in self.keep():
+            log.info("volume %s removed from Docker; its directory stays (the agent daemon "
+                     "hands it out)", request["Name"])
+            self.created.discard(version)
+            return {"Err": ""}
         builder.remove(self.volume_root, version)
         self.created.discard(version)
         return {"Err": ""}

@@ -129,6 +129,10 @@ def test_nvidia_docker_rest_api_and_volume_plugin(daemon_factory, docker_engine,
                           "ls /usr/local/nvidia/bin"], env=env, capture_output=True, text=True,
                          timeout=120)
     assert "nvidia-smi" in run.stdout.split(), run.stderr
+    # `docker volume rm` of the daemon's current volume: Docker forgets the name (so
+    # other tests' plugins may serve it on this engine), the directory stays.
+    docker_engine.client().api.remove_volume(f"nvidia_driver_{V}")
+    assert builder.verify(tmp_path / "volumes" / f"nvidia_{V}")
     again.stop()
     assert not sock.exists()
     with pytest.raises(OSError):
