@@ -108,13 +108,13 @@ def cmd_agent_flags(args) -> int:
             return flag_dir.read(flag)
         return os.environ.get(mesos_agent_flags.ENV_NAMES[flag]) or None
 
-    ours = mesos_agent_flags.attributes(selection.gpus, inv)
-    resources = mesos_agent_flags.resources(
-        len(selection.gpus), args.resources if args.resources is not None
-        else mesos_agent_flags.without_gpus(operator("resources", None)))
-    attributes = mesos_agent_flags.merged_attributes(operator("attributes", args.attributes), ours)
+    base = args.resources if args.resources is not None \
+        else mesos_agent_flags.without_gpus(operator("resources", None))
+    resources, attributes = mesos_agent_flags.merged(selection.gpus, inv, base,
+                                                     operator("attributes", args.attributes))
     if flag_dir is not None:
         gpus = f"gpus:{len(selection.gpus)}"
+        ours = mesos_agent_flags.attributes(selection.gpus, inv)
         for path in flag_dir.write("resources", resources, [gpus], []) + \
                 flag_dir.write("attributes", attributes, ours,
                                [n for n in mesos_agent_flags.ATTRIBUTE_NAMES
@@ -124,7 +124,8 @@ def cmd_agent_flags(args) -> int:
     if args.format == "env":
         lines = mesos_agent_flags.env_lines(resources, attributes)
     else:
-        lines = [f"--resources={resources}"] + ([f"--attributes={attributes}"] if attributes else [])
+        lines = mesos_agent_flags.lines(selection.gpus, inv, base,
+                                        operator("attributes", args.attributes))
     for line in lines:
         print(line)
     return 0

@@ -98,13 +98,18 @@ def name_of(part: str) -> str:
     return re.sub(r"\(.*\)$", "", part.partition(":")[0].strip())
 
 
-def lines(gpus: Sequence[Gpu], inventory: Inventory,
-          operator_resources: Optional[str]) -> List[str]:
-    out = [f"--resources={resources(len(gpus), operator_resources)}"]
-    attrs = attributes(gpus, inventory)
-    if attrs:
-        out.append("--attributes=" + ";".join(attrs))
-    return out
+def lines(gpus: Sequence[Gpu], inventory: Inventory, operator_resources: Optional[str],
+          operator_attributes: Optional[str] = None) -> List[str]:
+    """--resources=... and --attributes=... (the operator's merged with ours)."""
+    res, attrs = merged(gpus, inventory, operator_resources, operator_attributes)
+    return [f"--resources={res}"] + ([f"--attributes={attrs}"] if attrs else [])
+
+
+def merged(gpus: Sequence[Gpu], inventory: Inventory, operator_resources: Optional[str],
+           operator_attributes: Optional[str]) -> Tuple[str, str]:
+    """(resources, attributes): the operator's, with gpus and our attributes set."""
+    return (resources(len(gpus), operator_resources),
+            merged_attributes(operator_attributes, attributes(gpus, inventory)))
 
 
 # ---- merging with what the operator already gives the agent ------------------

@@ -332,10 +332,8 @@ class NvidiaDockerApi:
 
     def mesos_cli(self) -> str:
         gpus = sorted(self.service.gpus.values(), key=lambda g: g.index)
-        attrs = mesos_agent_flags.attributes(gpus, self.service.inventory)
-        flags = ([f"--attributes={';'.join(attrs)}"] if attrs else []) + \
-            [f"--resources={mesos_agent_flags.resources(len(gpus), None)}"]
-        return " ".join(flags)
+        # nvidia-docker's order: attributes first
+        return " ".join(reversed(mesos_agent_flags.lines(gpus, self.service.inventory, None)))
 
     def route(self, path: str, query: Dict[str, List[str]]) -> Tuple[int, str, bytes]:
         """(status, content type, body) for a GET of `path`."""
