@@ -99,6 +99,8 @@ def cmd_agent_flags(args) -> int:
     selection = flags.select_gpus(inv, args.nvidia_gpu_devices, args.resources)
     if not selection.gpus:
         print(f"# {selection.reason}", file=sys.stderr)
+    if args.write_dir and args.format != "args":
+        raise flags.FlagError("--write_dir writes files; --format is for printing (give one)")
     flag_dir = mesos_agent_flags.FlagDir(args.write_dir) if args.write_dir else None
 
     def operator(flag: str, given: Optional[str]) -> Optional[str]:

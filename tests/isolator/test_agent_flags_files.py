@@ -79,5 +79,8 @@ def test_flags_output_options_are_refused_by_the_daemon(mesos_gpu_cli, tmp_path)
         assert "for `mesos-gpu agent flags`, not the daemon" in r.stderr.strip().splitlines()[-1]
     r = mesos_gpu_cli("agent", "flags", "--write_dir", str(tmp_path / "nope"), env=k80_env())
     assert r.returncode == 2 and "--write_dir=" in r.stderr and "not a directory" in r.stderr
+    r = mesos_gpu_cli("agent", "flags", "--write_dir", str(tmp_path), "--format", "env",
+                      env=k80_env())
+    assert r.returncode == 2 and "give one" in r.stderr
     r = mesos_gpu_cli("agent", "flags", "--attributes", "rack", env=k80_env())
     assert r.returncode == 2 and "'rack' is not 'name:value'" in r.stderr
