@@ -121,9 +121,10 @@ def main() -> int:
         one = measure(root, version, work, args.runs, "one driver")
         print(f"symlink creation on this filesystem:  {inode_cost_us(work):8.0f} us each "
               f"(about 35 per volume, paid by both)")
-        two = driver_files.two_version_host(work / "two-versions")
+        two = driver_files.two_version_host(work / "two-versions", "two-directories")
         others = len(components.gather(two, driver_version=version).other_versions)
-        print(f"two-version host {two}: {driver_files.OLD_DRIVER_VERSION} beside {version} "
+        print(f"two-version host {two}: {driver_files.OLD_DRIVER_VERSION} in a second cache "
+              f"directory listed first, beside {version} "
               f"(the cache names {others} files of the other driver)")
         both = measure(two, version, work, args.runs, "two drivers")
         print(f"two drivers / one driver, build:      {both / one:8.2f} x   "
