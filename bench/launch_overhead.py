@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from framework.executor.docker_container import DockerTask, inspect  # noqa: E402
+from framework.executor.docker_container import DockerContainer, inspect  # noqa: E402
 from framework.task_spec import TaskSpec  # noqa: E402
 from localcluster import fake_nvml  # noqa: E402
 from localcluster.docker_engine import DockerEngine  # noqa: E402
@@ -46,11 +46,11 @@ def our_run(client, node: GpuNode, image: str, n: int) -> None:
                     gpus=1, cpus=0, mem=0)
     info = inspect(client, image, "bench")
     grant = node.client.prepare(container_id, 1, "docker")
-    task = DockerTask(spec, container_id, client, info, grant, {"MESOS_TASK_ID": container_id})
+    task = DockerContainer(spec, container_id, client, info, grant, {"MESOS_TASK_ID": container_id})
     try:
         docker_id = task.create()
         node.client.isolate(container_id, docker_id=docker_id)
-        task.container.start()            # as DockerTask.start, without the log follower
+        task.container.start()            # as DockerContainer.start, without the log follower
         task.wait()
     finally:
         task.remove()

@@ -13,10 +13,8 @@ from typing import Any, Mapping, Optional
 from framework import constraints as constraint_rules
 from framework.constraints import Constraint
 from common.errors import UserError
+from isolator.api import CONTAINER_TYPES, DOCKER, MESOS  # noqa: F401  (one name, API to kernel)
 
-DOCKER = "DOCKER"
-MESOS = "MESOS"
-CONTAINER_TYPES = (DOCKER, MESOS)
 
 # Mesos refuses ids with '/' or control characters, and "." / ".." (they name
 # sandbox directories); whitespace is refused too because ids end up in paths,

@@ -27,13 +27,12 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from framework.task_spec import DOCKER, TaskSpec
+from isolator.api import CONTAINER_LABEL, DEFAULT_SOCKET as DEFAULT_AGENT_SOCKET  # noqa: F401
+from isolator.api import SOCKET_ENV as AGENT_SOCKET_ENV
 
-AGENT_SOCKET_ENV = "MESOS_GPU_AGENT_SOCKET"
 # Labels the executor puts on its status updates, read by the scheduler.
 GPUS_LABEL = "mesos-gpu.gpus"              # granted GPU UUIDs, comma-separated
-CONTAINER_LABEL = "mesos-gpu.container-id"  # the agent daemon's container id
 RETRY_LABEL = "mesos-gpu.retry"            # "false": a retry cannot help (bad image, ...)
-DEFAULT_AGENT_SOCKET = "/var/lib/mesos-gpu/agent.sock"
 EXECUTOR_ID_PREFIX = "mesos-gpu."
 
 

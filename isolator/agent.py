@@ -4,7 +4,9 @@ At start it checks its flags, discovers the GPUs through NVML, picks the ones
 to manage (--nvidia_gpu_devices / --resources=gpus:N), reads their topology,
 builds the driver volume, recovers the ledger against the kernel and Docker,
 and logs what it found. Then it serves the local API on <work_dir>/agent.sock
-until SIGTERM or SIGINT, writes the ledger a last time and exits 0.
+and reconciles every holding with its owner, the Mesos agent, the kernel and
+Docker (isolator/reconciler.py) until SIGTERM or SIGINT, writes a last ledger
+snapshot and exits 0.
 One daemon per work_dir: a second one is refused (the lock file names the first).
 A start refused for bad flags or an unusable host leaves no new work_dir behind.
 """
@@ -21,16 +23,16 @@ from isolator import topology as topology_mod
 from isolator.container_cgroups import ContainerCgroups
 from isolator.docker_state import DockerState
 from isolator.gpu import Inventory
+from isolator.api import SOCKET_NAME
 from isolator.ledger import Ledger
+from isolator.reconciler import Reconciler
 from isolator.server import AgentServer
 from isolator.service import AgentService
 from common.errors import UserError
 
 log = logging.getLogger("mesos-gpu.agent")
-SOCKET_NAME = "agent.sock"
 LOCK_NAME = "agent.lock"
 MAX_SOCKET_PATH = 107               # sun_path is 108 bytes with its NUL
-REAP_EVERY = 30.0
 
 
 def socket_path(work_dir: str) -> str:
@@ -125,19 +127,13 @@ def build_service(args) -> AgentService:
     return service
 
 
-def _housekeeping(service: AgentService, stop: threading.Event, flush_every: float) -> None:
-    """Flush deferred ledger writes; give back GPUs of never-isolated containers."""
-    since_reap = 0.0
-    reap_every = min(REAP_EVERY, service.prepare_timeout / 2)
-    while not stop.wait(flush_every):
+def _housekeeping(service: AgentService, stop: threading.Event, sync_every: float) -> None:
+    """fdatasync the ledger journal (each change is already written to it)."""
+    while not stop.wait(sync_every):
         try:
-            service.flush()
-            since_reap += flush_every
-            if since_reap >= reap_every:
-                since_reap = 0.0
-                service.reap()
+            service.ledger.sync()
         except Exception:                        # keep serving; the next round retries
-            log.exception("housekeeping failed")
+            log.exception("ledger sync failed")
 
 
 def _check_flags(args) -> None:
@@ -180,22 +176,29 @@ def run(args) -> int:
         def on_signal(signum, _frame) -> None:
             log.info("%s received: stopping", signal.Signals(signum).name)
             stop.set()
-            threading.Thread(target=server.shutdown, daemon=True).start()
+            server.shutdown()
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
         keeper = threading.Thread(target=_housekeeping, name="housekeeping", daemon=True,
                                   args=(service, stop, args.ledger_flush_interval))
         keeper.start()
-        log.info("serving the agent API on %s", server.socket_path)
+        reconciler = Reconciler(service, args.reconcile_interval)
+        threads = reconciler.start(stop)
+        log.info("reconciling holdings every %g s (and at once when an owner ends)",
+                 args.reconcile_interval)
+        log.info("serving the agent API on %s (backlog %d, %d workers)", server.socket_path,
+                 server.backlog, len(server._workers))
         try:
             server.serve_forever(poll_interval=0.2)
         finally:
             stop.set()
+            reconciler.wake.set()
             server.server_close()
             extras.close()
-            keeper.join(timeout=5)
-            service.flush()
+            for t in [keeper, *threads]:
+                t.join(timeout=5)
+            service.close()
         log.info("stopped: %d containers hold %d GPUs (ledger %s)", len(service.holdings),
                  len(service.allocator.allocated), service.ledger.path)
         return 0

@@ -11,25 +11,12 @@ from itertools import combinations
 from math import comb
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
+from isolator.api import check_gpu_count as check_count
 from isolator.errors import BadRequest, Conflict
 from isolator.gpu import Gpu
 from isolator.topology import Topology
 
 EXHAUSTIVE_LIMIT = 20_000      # candidate sets tried one by one; beyond, grow greedily
-
-
-def check_count(value: object, field: str = "gpus") -> int:
-    """A GPU count as a request carries it: a non-negative integer."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise BadRequest(f"'{field}' must be a non-negative integer, got {value!r}")
-    if isinstance(value, float):
-        if not value.is_integer():
-            raise BadRequest(f"'{field}' must be a non-negative integer: GPUs are not "
-                             f"shared, {value} is fractional")
-        value = int(value)
-    if value < 0:
-        raise BadRequest(f"'{field}' must be a non-negative integer, got {value}")
-    return value
 
 
 class Allocator:

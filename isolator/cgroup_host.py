@@ -48,3 +48,29 @@ def detect(mountinfo: str = MOUNTINFO) -> CgroupHost:
     else:
         mode = "none"
     return CgroupHost(mode, devices_v1, unified)
+
+
+def process_cgroups(pid: int, mountinfo: str = MOUNTINFO) -> Dict[str, str]:
+    """Every cgroup directory process `pid` is in, by hierarchy: "v2" for the cgroup2
+    tree, the controller list (e.g. "cpu,cpuacct") for each v1 hierarchy."""
+    mounts: Dict[str, str] = {}
+    with open(mountinfo) as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            fstype, _source, options = (right.split() + ["", "", ""])[:3]
+            point = _unescape(left.split()[4])
+            if fstype == "cgroup2":
+                mounts.setdefault("", point)
+            elif fstype == "cgroup":
+                names = [o for o in options.split(",") if o not in ("rw", "ro") and
+                         not o.startswith(("relatime", "nosuid", "nodev", "noexec"))]
+                mounts.setdefault(",".join(sorted(n.replace("name=", "") for n in names)), point)
+    out: Dict[str, str] = {}
+    with open(f"/proc/{pid}/cgroup") as f:
+        for line in f:
+            _, controllers, rel = line.rstrip("\n").split(":", 2)
+            key = ",".join(sorted(c.replace("name=", "") for c in controllers.split(",") if c))
+            point = mounts.get(key)
+            if point is not None:
+                out[key or "v2"] = point.rstrip("/") + rel
+    return out

@@ -4,20 +4,16 @@ The path is a function of the container id (`<mount>/<cgroups_root>/<id>`), so
 recovery finds a cgroup even when the daemon died before recording it.
 Works the same for a v1 hierarchy and for the cgroup2 tree.
 """
+import errno
+import logging
 import os
-import re
 import signal
 import time
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 from isolator.cgroup_host import CgroupHost
 
-CONTAINER_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
-
-
-def valid_container_id(container_id: object) -> bool:
-    return (isinstance(container_id, str) and bool(CONTAINER_ID.match(container_id))
-            and container_id not in (".", ".."))
+log = logging.getLogger("mesos-gpu.agent")
 
 
 def container_paths(host: CgroupHost, cgroups_root: str, container_id: str,
@@ -41,16 +37,27 @@ def procs(path: str) -> Optional[List[int]]:
         return None
 
 
-def remove(path: str, timeout: float = 5.0) -> List[int]:
+def remove(path: str, timeout: float = 5.0, ours: Optional[Callable[[int], bool]] = None,
+           evict_to: Optional[str] = None) -> List[int]:
     """Kill what is left in the cgroup and remove it; returns the pids killed.
+    With `ours`, only the processes it accepts are killed; any other is moved to
+    the cgroup `evict_to` (a process someone else put there is not ours to kill).
     A cgroup that is already gone is fine (cleanup is idempotent)."""
     killed: set = set()
+    evicted: set = set()
     deadline = time.monotonic() + timeout
     while True:
         pids = procs(path)
         if pids is None:
             return sorted(killed)
         for pid in pids:
+            if ours is not None and evict_to and pid not in killed and not ours(pid):
+                if pid not in evicted:
+                    evicted.add(pid)
+                    log.warning("process %d in %s was not placed there by this daemon: "
+                                "moved to %s, not killed", pid, path, evict_to)
+                    _move(evict_to, pid)
+                continue
             try:
                 os.kill(pid, signal.SIGKILL)
                 killed.add(pid)
@@ -65,6 +72,17 @@ def remove(path: str, timeout: float = 5.0) -> List[int]:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.01)   # killed processes leave the cgroup when reaped
+
+
+def _move(cgroup: str, pid: int) -> None:
+    try:
+        with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
+            f.write(str(pid))
+    except (ProcessLookupError, FileNotFoundError):
+        pass
+    except OSError as e:
+        if e.errno != errno.ESRCH:
+            raise
 
 
 def list_children(root: str) -> List[str]:

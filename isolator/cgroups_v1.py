@@ -6,17 +6,19 @@ so a running process never loses /dev/null for an instant; a list the kernel
 shows that is not ours is reset entirely.
 """
 import os
-from typing import List, Sequence
+from typing import Callable, List, Optional, Sequence, Set
 
-from isolator import devices
+from isolator import cgroup_paths, devices
 from isolator.devices import Rule
+from isolator.isolation_backend import BackendGone, IsolationBackend, register
 
 
-class CgroupGone(Exception):
+class CgroupGone(BackendGone):
     """The cgroup directory does not exist (any more)."""
 
 
-def _write(path: str, name: str, text: str) -> None:
+def write_rule(path: str, name: str, text: str) -> None:
+    """One line to devices.allow or devices.deny (the kernel takes one rule per write)."""
     fd = os.open(os.path.join(path, name), os.O_WRONLY)
     try:
         os.write(fd, text.encode())
@@ -29,7 +31,7 @@ def create(path: str, rules: Sequence[Rule] = ()) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     os.mkdir(path)
     try:
-        _write(path, "devices.deny", "a")
+        write_rule(path, "devices.deny", "a")
         fd = os.open(os.path.join(path, "devices.allow"), os.O_WRONLY)
         try:
             for rule in rules:             # the kernel takes one rule per write
@@ -57,14 +59,14 @@ def apply(path: str, rules: Sequence[Rule]) -> None:
     want = {r.to_v1(): r for r in rules}
     have = {r.to_v1(): r for r in current}
     if any(r.type == "a" for r in current) or not set(have) <= set(want) | _gpu_lines(have):
-        _write(path, "devices.deny", "a")
+        write_rule(path, "devices.deny", "a")
         have = {}
     for line in have:
         if line not in want:
-            _write(path, "devices.deny", line)
+            write_rule(path, "devices.deny", line)
     for line in want:
         if line not in have:
-            _write(path, "devices.allow", line)
+            write_rule(path, "devices.allow", line)
 
 
 def _gpu_lines(lines) -> set:
@@ -76,4 +78,31 @@ def _gpu_lines(lines) -> set:
 def move(path: str, pid: int) -> None:
     if not os.path.isdir(path):
         raise CgroupGone(path)
-    _write(path, "cgroup.procs", str(pid))
+    write_rule(path, "cgroup.procs", str(pid))
+
+
+class CgroupV1(IsolationBackend):
+    """The v1 devices controller: `where` is the container's cgroup directory."""
+    name = "v1"
+
+    def create(self, where: str, rules: Sequence[Rule]) -> None:
+        create(where, rules)
+
+    def enter(self, where: str, pid: int) -> None:
+        move(where, pid)
+
+    def apply(self, where: str, rules: Sequence[Rule]) -> None:
+        apply(where, rules)
+
+    def allowed(self, where: str, minors: Sequence[int]) -> Optional[Set[int]]:
+        return set(devices.allowed_gpu_minors(read_rules(where), minors))
+
+    def drifted(self, where: str, rules: Sequence[Rule], minors: Sequence[int]) -> bool:
+        return {r.to_v1() for r in read_rules(where)} != {r.to_v1() for r in rules}
+
+    def remove(self, where: str, ours: Optional[Callable[[int], bool]] = None,
+               evict_to: Optional[str] = None) -> List[int]:
+        return cgroup_paths.remove(where, ours=ours, evict_to=evict_to)
+
+
+register(CgroupV1())

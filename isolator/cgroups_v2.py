@@ -8,14 +8,15 @@ so a process never holds more than the old or the new rules give.
 """
 import functools
 import os
-from typing import FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Callable, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple
 
-from isolator import bpf, device_program
+from isolator import bpf, cgroup_paths, device_program
 from isolator.devices import Rule
 from isolator.gpu import NVIDIA_MAJOR
+from isolator.isolation_backend import BackendGone, IsolationBackend, register
 
 
-class CgroupGone(Exception):
+class CgroupGone(BackendGone):
     """The cgroup directory does not exist (any more)."""
 
 
@@ -103,3 +104,54 @@ def program_count(path: str) -> int:
         return len(bpf.query(cg_fd))
     finally:
         os.close(cg_fd)
+
+
+def enforces_exactly(path: str, rules: Sequence[Rule], minors: Iterable[int]) -> bool:
+    """True when one program is attached and it answers as `rules` do for every
+    device they name, every GPU minor and a block device none of them allows."""
+    progs = programs(path)
+    if len(progs) != 1:
+        return False
+    expected = device_program.compile_rules(rules)
+    probes = {(r.type, r.major, r.minor) for r in rules
+              if r.type in ("c", "b") and r.major is not None and r.minor is not None}
+    probes |= {("c", NVIDIA_MAJOR, m) for m in minors} | {("b", 8, 0), ("c", 10, 229)}
+    try:
+        for dev_type, major, minor in probes:
+            for access in ("rw", "m"):
+                if (device_program.evaluate(progs[0], dev_type, major, minor, access)
+                        != device_program.evaluate(expected, dev_type, major, minor, access)):
+                    return False
+    except device_program.UnreadableProgram:
+        return False
+    return True
+
+
+class CgroupV2(IsolationBackend):
+    """An eBPF device program on a cgroup2 directory (`where`)."""
+    name = "v2"
+
+    def create(self, where: str, rules: Sequence[Rule]) -> None:
+        create(where, rules)
+
+    def enter(self, where: str, pid: int) -> None:
+        if not os.path.isdir(where):
+            raise CgroupGone(where)
+        with open(os.path.join(where, "cgroup.procs"), "w") as f:
+            f.write(str(pid))
+
+    def apply(self, where: str, rules: Sequence[Rule]) -> None:
+        apply(where, rules)
+
+    def allowed(self, where: str, minors: Sequence[int]) -> Optional[Set[int]]:
+        return allowed_gpu_minors(where, minors)
+
+    def drifted(self, where: str, rules: Sequence[Rule], minors: Sequence[int]) -> bool:
+        return not enforces_exactly(where, rules, minors)
+
+    def remove(self, where: str, ours: Optional[Callable[[int], bool]] = None,
+               evict_to: Optional[str] = None) -> List[int]:
+        return cgroup_paths.remove(where, ours=ours, evict_to=evict_to)
+
+
+register(CgroupV2())

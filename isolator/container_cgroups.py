@@ -1,16 +1,19 @@
-"""A container's device cgroups, in every hierarchy this daemon enforces with.
+"""A MESOS container's device cgroups, in every hierarchy this daemon enforces with.
 
 On a hybrid host the daemon may enforce in the v1 devices hierarchy, on the
 cgroup2 tree, or both; the kernel then lets an open through only if every
-hierarchy allows it. This class hides the difference from the service and
-from recovery: create (all or nothing), apply, read back, remove.
+hierarchy allows it. This class hides the difference from the service, recovery
+and the reconciler: each hierarchy is an isolation backend (isolation_backend.py)
+named like the hierarchy ("v1", "v2"), and every operation is the same call on
+each: create (all or nothing), apply, read back, remove.
 """
 import os
-from typing import Dict, List, Optional, Sequence, Set
+from typing import Callable, Dict, List, Optional, Sequence, Set
 
-from isolator import cgroup_paths, cgroups_v1, cgroups_v2, devices
+from isolator import cgroup_paths, isolation_backend
 from isolator.cgroup_host import CgroupHost
 from isolator.devices import Rule
+from isolator.isolation_backend import BackendGone
 
 
 class CgroupVanished(Exception):
@@ -22,6 +25,12 @@ class ContainerCgroups:
         self.host = host
         self.versions = list(versions)
         self.root = root
+        self.backends = {v: isolation_backend.get(v) for v in self.versions}
+        self.mounts = {"v1": host.devices_v1, "v2": host.unified}
+
+    def _backend(self, version: str) -> isolation_backend.IsolationBackend:
+        """The backend of a hierarchy (one a recorded container still uses counts too)."""
+        return self.backends.get(version) or isolation_backend.get(version)
 
     def paths(self, container_id: str) -> Dict[str, str]:
         return cgroup_paths.container_paths(self.host, self.root, container_id, self.versions)
@@ -33,17 +42,10 @@ class ContainerCgroups:
         made: List[str] = []
         try:
             for version, path in paths.items():
-                if version == "v1":
-                    cgroups_v1.create(path, rules)
-                    made.append(path)
-                else:
-                    os.makedirs(os.path.dirname(path), exist_ok=True)
-                    os.mkdir(path)
-                    made.append(path)
-                    cgroups_v2.apply(path, rules)
-            for path in paths.values():
-                with open(os.path.join(path, "cgroup.procs"), "w") as f:
-                    f.write(str(pid))
+                made.append(path)
+                self._backend(version).create(path, rules)
+            for version, path in paths.items():
+                self._backend(version).enter(path, pid)
         except BaseException:
             for path in made:
                 try:
@@ -53,17 +55,12 @@ class ContainerCgroups:
             raise
         return paths
 
-    def apply(self, paths: Dict[str, str], rules: Sequence[Rule], v2: bool = True) -> None:
-        """Make `rules` the container's rules (v2=False: leave the eBPF programs be)."""
+    def apply(self, paths: Dict[str, str], rules: Sequence[Rule]) -> None:
+        """Make `rules` the container's rules in each of its hierarchies."""
         for version, path in paths.items():
-            if version == "v2" and not v2:
-                continue
             try:
-                if version == "v1":
-                    cgroups_v1.apply(path, rules)
-                else:
-                    cgroups_v2.apply(path, rules)
-            except (cgroups_v1.CgroupGone, cgroups_v2.CgroupGone):
+                self._backend(version).apply(path, rules)
+            except BackendGone:
                 raise CgroupVanished(path) from None
 
     def allowed(self, paths: Dict[str, str], minors: Sequence[int]) -> Set[int]:
@@ -71,20 +68,31 @@ class ContainerCgroups:
         allowed = set(minors)
         for version, path in paths.items():
             try:
-                if version == "v1":
-                    allowed &= set(devices.allowed_gpu_minors(cgroups_v1.read_rules(path), minors))
-                else:
-                    found = cgroups_v2.allowed_gpu_minors(path, minors)
-                    if found is not None:
-                        allowed &= found
-            except (cgroups_v1.CgroupGone, cgroups_v2.CgroupGone):
+                found = self._backend(version).allowed(path, minors)
+            except BackendGone:
                 raise CgroupVanished(path) from None
+            if found is not None:
+                allowed &= found
         return allowed
 
-    def single_program(self, paths: Dict[str, str]) -> bool:
-        """True when each v2 cgroup has exactly one device program (no update was
-        cut short between attaching the new program and detaching the old)."""
-        return all(cgroups_v2.program_count(p) == 1 for v, p in paths.items() if v == "v2")
+    def drifted(self, paths: Dict[str, str], rules: Sequence[Rule],
+                minors: Sequence[int]) -> List[str]:
+        """The hierarchies whose device rules are no longer exactly `rules`."""
+        out = []
+        for version, path in paths.items():
+            try:
+                if self._backend(version).drifted(path, rules, minors):
+                    out.append(version)
+            except BackendGone:
+                raise CgroupVanished(path) from None
+        return out
+
+    def repair(self, paths: Dict[str, str], rules: Sequence[Rule],
+               minors: Sequence[int]) -> List[str]:
+        """Write `rules` again where they drifted; returns those hierarchies."""
+        drifted = self.drifted(paths, rules, minors)
+        self.apply({v: paths[v] for v in drifted}, rules)
+        return drifted
 
     def procs(self, paths: Dict[str, str]) -> Optional[List[int]]:
         """Pids in any of the cgroups; None when none of them exists."""
@@ -96,10 +104,13 @@ class ContainerCgroups:
     def existing(self, paths: Dict[str, str]) -> Dict[str, str]:
         return {v: p for v, p in paths.items() if os.path.isdir(p)}
 
-    def remove(self, paths: Dict[str, str]) -> List[int]:
+    def remove(self, paths: Dict[str, str],
+               ours: Optional[Callable[[int], bool]] = None) -> List[int]:
+        """Kill what is in the cgroups and remove them. With `ours`, only the processes
+        it accepts are killed; others are moved to the hierarchy's root cgroup."""
         killed: Set[int] = set()
-        for path in paths.values():
-            killed.update(cgroup_paths.remove(path))
+        for version, path in paths.items():
+            killed.update(self._backend(version).remove(path, ours, self.mounts.get(version)))
         return sorted(killed)
 
     def children(self) -> Set[str]:

@@ -14,7 +14,8 @@ _armed = os.environ.get(ENV, "")
 log = logging.getLogger("mesos-gpu.agent")
 
 POINTS = ("prepare:after_ledger", "isolate:after_move",
-          "update:after_ledger", "update:after_kernel", "cleanup:after_kernel")
+          "update:after_ledger", "update:after_kernel", "cleanup:after_kernel",
+          "release:after_stop")
 
 
 def reached(point: str, container_id: str) -> None:

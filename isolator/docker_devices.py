@@ -1,27 +1,95 @@
-"""A prepare answer as Docker SDK options: the same devices the cgroup rules allow.
+"""A DOCKER container's devices: the same ones the cgroup rules allow, as Docker options,
+and read back from the device cgroup Docker made for it.
 
-`docker_options(answer)` -> {"devices": ["/dev/nvidia0:/dev/nvidia0:rwm", ...]}:
-each granted GPU node and the control devices, at /dev/<name> inside the
-container whatever directory they come from on the host. Docker adds a
-device-cgroup rule for each --device itself, on top of its default whitelist,
-so no `device_cgroup_rules` are needed; the container must not be privileged.
+`docker_options(grant)` -> {"devices": ["/dev/nvidia0:/dev/nvidia0:rwm", ...]}: each
+granted GPU node and the control devices, at /dev/<name> inside the container
+whatever directory they come from on the host. Docker adds a device-cgroup rule
+for each --device itself, on top of its default whitelist, so no
+`device_cgroup_rules` are needed; the container must not be privileged.
+
+`DockerDeviceCgroup`: the isolation backend of a DOCKER container's device cgroup
+(see isolation_backend.py), found through the container's first process.
 """
 import os
-from typing import Dict, List
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
-LABEL = "mesos-gpu.container-id"     # on every Docker container started for a GPU task
+from isolator import cgroups_v1
+from isolator.api import CONTAINER_LABEL as LABEL
+from isolator.api import Device, Grant
+from isolator.devices import BASE_WHITELIST, Rule, allowed_gpu_minors
+from isolator.gpu import NVIDIA_MAJOR
+from isolator.isolation_backend import IsolationBackend, register
 
 
-def device_option(device: Dict) -> str:
-    host = device["path"]
-    inside = "/dev/" + os.path.basename(host)
-    return f"{host}:{inside}:{device.get('access', 'rwm')}"
+def device_option(device: Device) -> str:
+    return f"{device.path}:/dev/{device.name}:{device.access}"
 
 
-def docker_options(answer: Dict) -> Dict[str, List[str]]:
+def docker_options(grant: Optional[Grant]) -> Dict[str, List[str]]:
     """Keyword arguments for docker's containers.create / run."""
-    return {"devices": [device_option(d) for d in answer.get("devices", [])]}
+    return {"devices": [device_option(d) for d in (grant.devices if grant else ())]}
 
 
 def labels(container_id: str) -> Dict[str, str]:
     return {LABEL: container_id}
+
+
+def v1_cgroup_of(devices_root: str, pid: int) -> Optional[str]:
+    """The v1 devices cgroup directory of process `pid`."""
+    with open(f"/proc/{pid}/cgroup") as f:
+        for line in f:
+            _, controllers, rel = line.rstrip("\n").split(":", 2)
+            if "devices" in controllers.split(","):
+                return os.path.join(devices_root, rel.lstrip("/"))
+    return None
+
+
+def _nvidia_diff(have: Set[str], rules: Sequence[Rule]) -> Tuple[Set[str], Set[str]]:
+    """(lines missing, NVIDIA GPU lines too many) of a Docker whitelist against `rules`."""
+    want = {r.to_v1() for r in rules if r not in BASE_WHITELIST}
+    want_numbers = {line.split()[1] for line in want}
+    extra = {line for line in have if line.startswith(f"c {NVIDIA_MAJOR}:")
+             and line.split()[1] not in want_numbers}
+    return want - have, extra
+
+
+class DockerDeviceCgroup(IsolationBackend):
+    """The v1 device cgroup the Docker engine made for a DOCKER container (`where`, found
+    with `v1_cgroup_of`). The engine creates it from the --device options and removes
+    it with the container; Docker's own whitelist stays as Docker made it, only the
+    NVIDIA devices are read back against the grant and written again when they drift."""
+    name = "docker"
+
+    def create(self, where: str, rules: Sequence[Rule]) -> None:
+        raise NotImplementedError("the Docker engine creates a container's device cgroup "
+                                  "from its --device options (docker_options)")
+
+    def enter(self, where: str, pid: int) -> None:
+        raise NotImplementedError("the Docker engine places a container's processes")
+
+    def apply(self, where: str, rules: Sequence[Rule]) -> None:
+        have = {r.to_v1() for r in cgroups_v1.read_rules(where)}
+        if "a *:* rwm" in have:                 # everything allowed: back to a whitelist
+            cgroups_v1.write_rule(where, "devices.deny", "a")
+            for rule in list(BASE_WHITELIST) + [r for r in rules if r not in BASE_WHITELIST]:
+                cgroups_v1.write_rule(where, "devices.allow", rule.to_v1())
+            return
+        missing, extra = _nvidia_diff(have, rules)
+        for line in sorted(extra):
+            cgroups_v1.write_rule(where, "devices.deny", line)
+        for line in sorted(missing):
+            cgroups_v1.write_rule(where, "devices.allow", line)
+
+    def allowed(self, where: str, minors: Sequence[int]) -> Optional[Set[int]]:
+        return set(allowed_gpu_minors(cgroups_v1.read_rules(where), minors))
+
+    def drifted(self, where: str, rules: Sequence[Rule], minors: Sequence[int]) -> bool:
+        have = {r.to_v1() for r in cgroups_v1.read_rules(where)}
+        return "a *:* rwm" in have or any(_nvidia_diff(have, rules))
+
+    def remove(self, where: str, ours: Optional[Callable[[int], bool]] = None,
+               evict_to: Optional[str] = None) -> List[int]:
+        return []                                # the engine removes it with the container
+
+
+register(DockerDeviceCgroup())

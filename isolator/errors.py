@@ -20,6 +20,11 @@ class BadRequest(AgentError):
     status = 400
 
 
+class Forbidden(AgentError):
+    """The caller may not do this to this container (it is not its owner's)."""
+    status = 403
+
+
 class NotFound(AgentError):
     status = 404
 

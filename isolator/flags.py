@@ -13,6 +13,7 @@ import os
 import re
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
+from isolator.api import DEFAULT_WORK_DIR
 
 from isolator.gpu import Gpu, Inventory
 from isolator.nvml import ENV_LIBRARY
@@ -20,7 +21,6 @@ from volumes.cli import non_empty
 from common.errors import UserError
 
 DEFAULT_ISOLATION = "filesystem/linux,cgroups/devices,gpu/nvidia"
-DEFAULT_WORK_DIR = "/var/lib/mesos-gpu"
 DEFAULT_VOLUME_ROOT = "/var/run/mesos/isolators/gpu"
 DEFAULT_DOCKER_SOCKET = "unix:///var/run/docker.sock"
 DEVICE_CGROUP_CHOICES = ("auto", "v1", "v2", "both")
@@ -88,8 +88,14 @@ def add_daemon_arguments(p: argparse.ArgumentParser) -> None:
                         "after this long (default 600); a Docker one is first looked for "
                         "in Docker by its label")
     p.add_argument("--ledger_flush_interval", type=float, default=1.0, metavar="SECONDS",
-                   help="how soon releases reach the ledger file (gains are written "
-                        "before the answer); default 1")
+                   help="how often the ledger journal is fdatasync'ed to disk (every change "
+                        "is written to it before the answer, which survives any crash of "
+                        "the daemon; the sync bounds what a power loss could take); default 1")
+    p.add_argument("--reconcile_interval", type=float, default=5.0, metavar="SECONDS",
+                   help="how often the daemon compares every holding with its owner process, "
+                        "the Mesos agent, the kernel and Docker, releases what nobody owns "
+                        "and restores drifted device rules (default 5; an owner's end is "
+                        "also noticed at once)")
     p.add_argument("--cdi_spec", default="none", metavar="FILE",
                    help="write a CDI spec (kind nvidia.com/gpu) for the managed GPUs and the "
                         "driver volume to FILE, e.g. /var/run/cdi/mesos-gpu.json, and keep it "
@@ -260,7 +266,7 @@ def check_daemon_values(args) -> None:
                                     for p in parts):
         raise FlagError(f"--cgroups_root={args.cgroups_root}: must be a relative cgroup path of "
                         "A-Z a-z 0-9 _ . - names (no '..')")
-    for name in ("prepare_timeout", "ledger_flush_interval"):
+    for name in ("prepare_timeout", "ledger_flush_interval", "reconcile_interval"):
         value = getattr(args, name)
         if not (value > 0 and math.isfinite(value)):    # inf overflows the timer waits
             raise FlagError(f"--{name}={value}: must be a positive number of seconds")

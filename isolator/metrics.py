@@ -1,12 +1,43 @@
 """The daemon's figures in Prometheus text format (GET /metrics)."""
-from typing import Dict, List
+import threading
+from typing import Dict, List, Optional
+
+# seconds; an API call normally takes well under a millisecond
+BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0)
+
+
+class Histograms:
+    """Latency of each API route, as Prometheus histograms (cumulative buckets)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._data: Dict[str, List[float]] = {}      # route -> bucket counts + [sum, count]
+
+    def observe(self, route: str, seconds: float) -> None:
+        with self._lock:
+            row = self._data.setdefault(route, [0.0] * (len(BUCKETS) + 2))
+            for i, bound in enumerate(BUCKETS):
+                if seconds <= bound:
+                    row[i] += 1
+            row[-2] += seconds
+            row[-1] += 1
+
+    def samples(self):
+        with self._lock:
+            rows = {route: list(row) for route, row in self._data.items()}
+        for route, row in sorted(rows.items()):
+            for bound, count in zip(BUCKETS, row):
+                yield "_bucket", {"route": route, "le": repr(bound)}, int(count)
+            yield "_bucket", {"route": route, "le": "+Inf"}, int(row[-1])
+            yield "_sum", {"route": route}, row[-2]
+            yield "_count", {"route": route}, int(row[-1])
 
 
 def _label(value: object) -> str:
     return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def render(info: Dict) -> str:
+def render(info: Dict, latency: Optional[Histograms] = None) -> str:
     """From AgentService.info(): GPUs total / allocated / free, and per container."""
     gpus = {g["minor"]: g for g in info["inventory"]["gpus"]}
     lines: List[str] = []
@@ -28,7 +59,8 @@ def render(info: Dict) -> str:
     metric("mesos_gpu_containers", "gauge", "Containers holding an allocation.",
            [({}, len(containers))])
     metric("mesos_gpu_container_gpus", "gauge", "GPUs held by each container.",
-           [({"container_id": cid, "kind": c["kind"], "state": c["state"]}, len(c["gpus"]))
+           [({"container_id": cid, "container_type": c["container_type"],
+              "state": c["state"]}, len(c["gpus"]))
             for cid, c in sorted(containers.items())])
     owner = {m: cid for cid, c in containers.items() for m in c["gpus"]}
     metric("mesos_gpu_gpu_allocated", "gauge",
@@ -36,4 +68,22 @@ def render(info: Dict) -> str:
            [({"minor": m, "uuid": gpus.get(m, {}).get("uuid", ""),
               "container_id": owner.get(m, "")}, int(m in owner))
             for m in info["managed"]])
+    counters = info.get("counters", {})
+    metric("mesos_gpu_containers_released_total", "counter",
+           "Containers whose GPUs the daemon took back itself, by reason.",
+           [({"reason": k[len("released_"):]}, v) for k, v in sorted(counters.items())
+            if k.startswith("released_")])
+    metric("mesos_gpu_device_rule_repairs_total", "counter",
+           "Device rules found drifted from the ledger and restored, by where.",
+           [({"where": k[len("drift_repairs_"):]}, v) for k, v in sorted(counters.items())
+            if k.startswith("drift_repairs_")])
+    metric("mesos_gpu_ledger_writes_total", "counter", "Changes appended to the ledger.",
+           [({}, info.get("ledger", {}).get("writes", 0))])
+    if latency is not None:
+        name = "mesos_gpu_api_request_seconds"
+        lines.append(f"# HELP {name} Time to answer an agent API request, by route.")
+        lines.append(f"# TYPE {name} histogram")
+        for suffix, labels, value in latency.samples():
+            text = ",".join(f'{k}="{_label(v)}"' for k, v in labels.items())
+            lines.append(f"{name}{suffix}{{{text}}} {value}")
     return "\n".join(lines) + "\n"

@@ -1,12 +1,12 @@
 """Recovery: the ledger, checked against what the kernel and Docker hold.
 
 For each recorded container:
-- cgroup kind: its cgroup (at the path its id determines, so one created just
+- a MESOS container: its cgroup (at the path its id determines, so one created just
   before a crash is found too) must exist and hold a process; otherwise the
   container is gone and its GPUs go back. A live one keeps the GPUs both the
   ledger grants and the kernel allows (an update cut short by a crash ends on
   the smaller side), and its device rules are written again to match exactly;
-- docker kind: the engine is asked which labelled containers are alive; a dead
+- a DOCKER container: the engine is asked which labelled containers are alive; a dead
   one gives its GPUs back; while the engine does not answer, nothing is released;
 - prepared but never isolated: kept (its executor may be about to isolate it)
   until --prepare_timeout, see AgentService.reap.
@@ -18,6 +18,7 @@ import logging
 from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from isolator.api import DOCKER, MESOS
 from isolator.container_cgroups import CgroupVanished, ContainerCgroups
 from isolator.device_program import UnreadableProgram
 from isolator.docker_state import DockerState, DockerUnavailable
@@ -59,10 +60,11 @@ class Recovery:
 
     def run(self, holdings: Dict[str, Holding]) -> Dict[str, Holding]:
         live_docker = self._docker_live() if any(
-            h.kind == "docker" for h in holdings.values()) else {}
+            h.container_type == DOCKER for h in holdings.values()) else {}
         out: Dict[str, Holding] = {}
         for cid, h in holdings.items():
-            kept = (self._cgroup(h) if h.kind == "cgroup" else self._docker(h, live_docker))
+            kept = (self._cgroup(h) if h.container_type == MESOS
+                    else self._docker(h, live_docker))
             if kept is not None:
                 out[cid] = kept
                 self.report.kept.append(cid)
@@ -100,10 +102,10 @@ class Recovery:
             log.warning("container %s: ledger grants GPUs %s, kernel allows %s: keeping %s",
                         h.container_id, list(h.gpus), sorted(allowed), list(gpus))
             self.report.narrowed.append((h.container_id, h.gpus, gpus))
-        # v1 is rewritten by difference (cheap); a v2 program only when it is wrong
-        exact = allowed == {m for m in gpus if m in self.managed}
-        self.cgroups.apply(existing, self.rules_for(gpus),
-                           v2=not (exact and self.cgroups.single_program(existing)))
+        try:               # each hierarchy written again only where it is not exact
+            self.cgroups.repair(existing, self.rules_for(gpus), self.managed)
+        except UnreadableProgram:
+            self.cgroups.apply(existing, self.rules_for(gpus))
         uuids = tuple(u for m, u in zip(h.gpus, h.uuids) if m in gpus) if h.uuids else ()
         return replace(h, gpus=gpus, uuids=uuids, state="isolated", cgroups=existing)
 

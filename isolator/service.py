@@ -1,35 +1,44 @@
-"""The agent-side module's operations: prepare, isolate, update, usage, cleanup, info.
+"""The agent-side module's operations: prepare, isolate, update, cleanup, usage, info,
+and release (a container whose owner is gone, see reconciler.py).
 
 One lock serialises every change, so concurrent executors never get the same
 GPU. Order of effects, so that a crash anywhere is safe (see recovery.py):
-- a container gains GPUs in the ledger (written, fsynced) before the kernel
-  lets it open them, and before the answer;
+- a container gains GPUs in the ledger before the kernel lets it open them, and
+  before the answer;
 - isolate is recorded before the answer too: recovery tells a container that
   is isolated and gone (release) from one not isolated yet (wait) by it;
-- it loses them in the kernel first, then in the ledger (written within
-  --ledger_flush_interval, or by the next durable write, whichever comes
-  first): recovery releases an isolated container whose cgroup is gone.
+- it loses them in the kernel first, then in the ledger.
+Each change is one journal append (ledger.py): it survives any crash of this
+process the moment the call returns.
+
+Every holding names its owner, the process that prepared it (the kernel says who
+called, see owner.py): only the owner may isolate or resize it, a MESOS
+container's process must be the owner or one of its descendants, and cleanup
+kills only the process the daemon placed and what that process started.
 """
 import logging
 import os
 import threading
 import time
+from collections import Counter
 from dataclasses import replace
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
-from isolator import crashpoints, devices, nvml
-from isolator.allocator import Allocator, check_count
-from isolator.cgroup_paths import valid_container_id
+from isolator import cgroup_host, cgroup_paths, crashpoints, devices, nvml
+from isolator.allocator import Allocator
+from isolator.api import (DOCKER, MESOS, Cleanup, CleanupRequest, Device, Grant, GrantedGpu,
+                          IsolateRequest, PrepareRequest, UpdateRequest, Volume,
+                          check_container_id)
 from isolator.container_cgroups import CgroupVanished, ContainerCgroups
 from isolator.docker_state import DockerState, DockerUnavailable
-from isolator.errors import BadRequest, Conflict, Gone, NotFound, Unavailable
+from isolator.errors import BadRequest, Conflict, Forbidden, Gone, NotFound, Unavailable
 from isolator.gpu import Gpu, Inventory
 from isolator.ledger import Holding, Ledger
+from isolator.owner import Owner, Placed, is_descendant
 from isolator.recovery import Recovery, Report
 from isolator.topology import Topology
 
 log = logging.getLogger("mesos-gpu.agent")
-KINDS = ("cgroup", "docker")
 
 
 class AgentService:
@@ -44,29 +53,47 @@ class AgentService:
         self.cgroups = cgroups
         self.dev_dir = dev_dir
         self.docker = docker
-        self.volume = volume
+        self.volume = Volume(**volume) if volume else None
         self.nvml_library = nvml_library
         self.prepare_timeout = prepare_timeout
         self.holdings: Dict[str, Holding] = {}
         self.lock = threading.RLock()
-        self._unsaved = False
+        self.counters: Counter = Counter()        # releases by reason, drift repairs, ...
+        self._owner_listeners: List[Callable[[Owner], None]] = []
 
-    # --- start-up -------------------------------------------------------------
+    # --- start-up and shutdown -------------------------------------------------------------
 
     def recover(self) -> Report:
-        """Load the ledger, check it against the kernel and Docker, write it back."""
+        """Load the ledger, check it against the kernel and Docker, write a new snapshot."""
         with self.lock:
             recorded = self.ledger.load()
             recovery = Recovery(self.cgroups, list(self.gpus), self._rules, self.docker)
             self.holdings = recovery.run(recorded)
             for h in self.holdings.values():
                 self.allocator.claim(m for m in h.gpus if m in self.gpus)
-            self.ledger.write(self.holdings)
-            self._unsaved = False
+            self.ledger.compact(self.holdings)
             log.info(recovery.report.summary(self.holdings))
+            for h in self.holdings.values():
+                self._watch(h.owner)
             return recovery.report
 
-    # --- helpers --------------------------------------------------------------
+    def close(self) -> None:
+        """A last snapshot (the journal emptied) when the daemon stops."""
+        with self.lock:
+            self.ledger.compact(self.holdings)
+            self.ledger.close()
+
+    def on_new_owner(self, listener: Callable[[Owner], None]) -> None:
+        """Call `listener(owner)` for each owner that gains a container (the
+        reconciler watches it, to notice its end at once)."""
+        self._owner_listeners.append(listener)
+
+    def _watch(self, owner: Optional[Owner]) -> None:
+        if owner is not None:
+            for listener in self._owner_listeners:
+                listener(owner)
+
+    # --- helpers ----------------------------------------------------------------------------
 
     def _control(self) -> List[devices.DeviceNode]:
         return devices.control_devices(self.dev_dir)
@@ -75,94 +102,102 @@ class AgentService:
         granted = [self.gpus.get(m) or Gpu(-1, m, "", "", 0, "", "") for m in minors]
         return devices.container_rules(granted, self._control())
 
-    @staticmethod
-    def _check_id(container_id: object) -> str:
-        if not valid_container_id(container_id):
-            raise BadRequest(f"'container_id' must be 1-128 characters of A-Z a-z 0-9 _ . -, "
-                             f"got {container_id!r}")
-        return container_id
-
-    def _get(self, container_id: object) -> Holding:
-        h = self.holdings.get(self._check_id(container_id))
+    def _get(self, container_id: str) -> Holding:
+        h = self.holdings.get(check_container_id(container_id))
         if h is None:
             raise NotFound(f"unknown container {container_id}: it was never prepared here, "
                            "or it was cleaned up")
         return h
 
-    def _save(self) -> None:
-        """Durably, now (a container gains GPUs)."""
-        self.ledger.write(self.holdings)
-        self._unsaved = False
+    def _put(self, h: Holding) -> None:
+        self.holdings[h.container_id] = h
+        self.ledger.put(h)
+        self._compact_if_large()
 
-    def _save_soon(self) -> None:
-        """Within --ledger_flush_interval (releases, isolate records)."""
-        self._unsaved = True
+    def _drop(self, h: Holding) -> None:
+        del self.holdings[h.container_id]
+        self.allocator.release(h.gpus)
+        self.ledger.remove(h.container_id)
+        self._compact_if_large()
 
-    def flush(self) -> bool:
-        with self.lock:
-            if self._unsaved:
-                self._save()
-                return True
-            return False
+    def _compact_if_large(self) -> None:
+        if self.ledger.needs_compaction():
+            self.ledger.compact(self.holdings)
 
-    def _answer(self, h: Holding, control: Optional[List[devices.DeviceNode]] = None) -> Dict:
+    @staticmethod
+    def _check_owner(h: Holding, caller: Owner, what: str) -> None:
+        if h.owner is not None and (h.owner.pid, h.owner.start_time) != (caller.pid,
+                                                                          caller.start_time):
+            raise Forbidden(f"container {h.container_id} was prepared by "
+                            f"{h.owner.describe()}; process {caller.pid} may not {what} it")
+
+    def _grant(self, h: Holding, control: Optional[List[devices.DeviceNode]] = None) -> Grant:
         gpus = [self.gpus[m] for m in h.gpus if m in self.gpus]
         control = self._control() if control is None else control
         nodes = control + [devices.gpu_node(g, self.dev_dir) for g in gpus]
         uuids = ",".join(g.uuid for g in gpus)
-        return {"container_id": h.container_id, "kind": h.kind,
-                "gpus": [g.to_json() for g in gpus],
-                "devices": [n.to_json() for n in nodes],
-                "env": {"NVIDIA_VISIBLE_DEVICES": uuids or "void",
-                        "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(len(gpus)))},
-                "driver_version": self.inventory.driver_version,
-                "cuda_driver_version": self.inventory.cuda_driver_version,
-                "volume": self.volume if gpus else None,
-                "topology": self.allocator.topology.describe(list(h.gpus))}
+        return Grant(
+            container_id=h.container_id, container_type=h.container_type,
+            gpus=tuple(GrantedGpu(**g.to_json()) for g in gpus),
+            devices=tuple(Device(n.path, n.major, n.minor, n.access) for n in nodes),
+            env={"NVIDIA_VISIBLE_DEVICES": uuids or "void",
+                 "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(len(gpus)))},
+            driver_version=self.inventory.driver_version,
+            cuda_driver_version=self.inventory.cuda_driver_version,
+            volume=self.volume if gpus else None,
+            topology=self.allocator.topology.describe(list(h.gpus)))
 
-    # --- operations -----------------------------------------------------------
+    # --- operations -------------------------------------------------------------------------
 
-    def prepare(self, container_id: object, gpus: object, kind: object = "cgroup") -> Dict:
-        count = check_count(gpus)
-        if kind not in KINDS:
-            raise BadRequest(f"'kind' must be one of {', '.join(KINDS)}, got {kind!r}")
-        self._check_id(container_id)
+    def prepare(self, request: PrepareRequest, caller: Owner) -> Grant:
         with self.lock:
-            if container_id in self.holdings:
-                raise Conflict(f"container {container_id} is already prepared "
-                               f"(holding GPUs {list(self.holdings[container_id].gpus)})")
-            chosen = self.allocator.allocate(count)
-            h = Holding(container_id, kind, tuple(g.minor for g in chosen),
-                        tuple(g.uuid for g in chosen), "prepared", time.time())
-            self.holdings[container_id] = h
+            held = self.holdings.get(request.container_id)
+            if held is not None:
+                if (held.owner == caller and len(held.gpus) == request.gpus
+                        and held.container_type == request.container_type):
+                    return self._grant(held)          # the same request again: a retry
+                raise Conflict(f"container {request.container_id} is already prepared "
+                               f"(holding GPUs {list(held.gpus)}, by {held.owner.describe() if held.owner else 'an unknown process'})")
+            chosen = self.allocator.allocate(request.gpus)
+            h = Holding(request.container_id, request.container_type,
+                        tuple(g.minor for g in chosen), tuple(g.uuid for g in chosen),
+                        "prepared", time.time(), caller)
             try:
-                self._save()
+                self._put(h)
             except OSError:
-                del self.holdings[container_id]
+                self.holdings.pop(h.container_id, None)
                 self.allocator.release(h.gpus)
                 raise
-            crashpoints.reached("prepare:after_ledger", container_id)
-            log.info("prepared %s (%s): GPUs %s (%s)", container_id, kind, list(h.gpus),
+            crashpoints.reached("prepare:after_ledger", h.container_id)
+            log.info("prepared %s (%s) for %s: GPUs %s (%s)", h.container_id, h.container_type,
+                     caller.describe(), list(h.gpus),
                      self.allocator.topology.describe(list(h.gpus)))
-            return self._answer(h)
+            self._watch(caller)
+            return self._grant(h)
 
-    def isolate(self, container_id: object, pid: object = None,
-                docker_id: object = None) -> Dict:
+    def isolate(self, request: IsolateRequest, caller: Owner) -> Grant:
         with self.lock:
-            h = self._get(container_id)
+            h = self._get(request.container_id)
+            self._check_owner(h, caller, "isolate")
             if h.state == "isolated":
-                raise Conflict(f"container {container_id} is already isolated")
-            if h.kind == "docker":
-                h = self._record_docker(h, docker_id)
+                if ((request.pid is not None and h.placed and h.placed.pid == request.pid)
+                        or (request.docker_id is not None and h.docker_id == request.docker_id)):
+                    return self._grant(h)             # the same request again: a retry
+                raise Conflict(f"container {h.container_id} is already isolated")
+            if h.container_type == DOCKER:
+                if request.docker_id is None:
+                    raise BadRequest(f"container {h.container_id} is a DOCKER container: "
+                                     "isolate it by 'docker_id'")
+                h = self._record_docker(h, request.docker_id)
             else:
-                h = self._isolate_cgroup(h, pid)
-            self.holdings[h.container_id] = h
-            self._save()        # recovery must know it was isolated: see cleanup
-            return self._answer(h)
+                if request.pid is None:
+                    raise BadRequest(f"container {h.container_id} is a MESOS container: "
+                                     "isolate it by 'pid'")
+                h = self._isolate_cgroup(h, request.pid, caller)
+            self._put(h)       # recovery must know it was isolated: see cleanup
+            return self._grant(h)
 
-    def _record_docker(self, h: Holding, docker_id: object) -> Holding:
-        if not isinstance(docker_id, str) or not docker_id.isalnum():
-            raise BadRequest(f"'docker_id' must be the Docker container's id, got {docker_id!r}")
+    def _record_docker(self, h: Holding, docker_id: str) -> Holding:
         if self.docker is not None:
             try:
                 label = self.docker.label_of(docker_id)
@@ -177,13 +212,21 @@ class AgentService:
                  list(h.gpus))
         return replace(h, state="isolated", docker_id=docker_id)
 
-    def _isolate_cgroup(self, h: Holding, pid: object) -> Holding:
-        if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
-            raise BadRequest(f"'pid' must be a positive integer, got {pid!r}")
-        if not os.path.exists(f"/proc/{pid}"):
+    def _isolate_cgroup(self, h: Holding, pid: int, caller: Owner) -> Holding:
+        placed = Placed.of_process(pid)
+        if placed is None:
             raise BadRequest(f"pid {pid}: no such process")
+        if not is_descendant(pid, caller.pid):
+            raise Forbidden(f"pid {pid} is neither the caller (pid {caller.pid}) nor one of "
+                            "its descendants: a container takes only its own executor's "
+                            "processes")
         if self.cgroups.existing(self.cgroups.paths(h.container_id)):
             raise Conflict(f"container {h.container_id}: a cgroup of that name already exists")
+        try:           # the cgroups runc made for the container carry its id as their name
+            runtime = tuple(sorted(path for path in cgroup_host.process_cgroups(pid).values()
+                                   if os.path.basename(path.rstrip("/")) == h.container_id))
+        except OSError:
+            raise BadRequest(f"pid {pid}: the process exited before it could be isolated")
         try:
             paths = self.cgroups.create(h.container_id, self._rules(h.gpus), pid)
         except ProcessLookupError:
@@ -193,39 +236,39 @@ class AgentService:
         crashpoints.reached("isolate:after_move", h.container_id)
         log.info("isolated %s: pid %d in %s, GPUs %s", h.container_id, pid,
                  ", ".join(paths.values()), list(h.gpus))
-        return replace(h, state="isolated", cgroups=paths, pid=pid)
+        return replace(h, state="isolated", cgroups=paths, placed=placed, runtime_cgroups=runtime)
 
-    def update(self, container_id: object, gpus: object) -> Dict:
-        count = check_count(gpus)
+    def update(self, request: UpdateRequest, caller: Owner) -> Grant:
         with self.lock:
-            h = self._get(container_id)
-            if h.kind == "docker" and h.state == "isolated":
-                raise Conflict(f"container {container_id}: Docker cannot add or remove devices "
-                               "of a running container; restart the task with the new count")
+            h = self._get(request.container_id)
+            self._check_owner(h, caller, "update")
+            if h.container_type == DOCKER and h.state == "isolated":
+                raise Conflict(f"container {h.container_id}: Docker cannot add or remove "
+                               "devices of a running container; restart the task with the "
+                               "new count")
             held = list(h.gpus)
             if h.state == "isolated" and not self.cgroups.existing(h.cgroups):
-                raise Gone(f"container {container_id}: its cgroup {', '.join(h.cgroups.values())} "
-                           "vanished; the container is gone, call cleanup")
-            if count > len(held):
-                h = self._grow(h, count - len(held))
-            elif count < len(held):
-                h = self._shrink(h, count)
-            return self._answer(h)
+                raise Gone(f"container {h.container_id}: its cgroup "
+                           f"{', '.join(h.cgroups.values())} vanished; the container is "
+                           "gone, call cleanup")
+            if request.gpus > len(held):
+                h = self._grow(h, request.gpus - len(held))
+            elif request.gpus < len(held):
+                h = self._shrink(h, request.gpus)
+            return self._grant(h)
 
     def _grow(self, h: Holding, more: int) -> Holding:
         added = self.allocator.allocate(more, held=h.gpus)
         new = replace(h, gpus=h.gpus + tuple(g.minor for g in added),
                       uuids=h.uuids + tuple(g.uuid for g in added))
-        self.holdings[h.container_id] = new
-        self._save()
+        self._put(new)
         crashpoints.reached("update:after_ledger", h.container_id)
         try:
             if h.state == "isolated":
                 self.cgroups.apply(h.cgroups, self._rules(new.gpus))
         except CgroupVanished as e:
-            self.holdings[h.container_id] = h
             self.allocator.release(g.minor for g in added)
-            self._save_soon()
+            self._put(h)
             raise Gone(f"container {h.container_id}: its cgroup {e} vanished; "
                        "the container is gone, call cleanup") from None
         crashpoints.reached("update:after_kernel", h.container_id)
@@ -245,69 +288,65 @@ class AgentService:
                            "the container is gone, call cleanup") from None
         crashpoints.reached("update:after_kernel", h.container_id)
         self.allocator.release(m for m in h.gpus if m not in keep)
-        self.holdings[h.container_id] = new
-        self._save()
+        self._put(new)
         log.info("updated %s: GPUs %s -> %s", h.container_id, list(h.gpus), list(gpus))
         return new
 
-    def cleanup(self, container_id: object) -> Dict:
+    def cleanup(self, request: CleanupRequest) -> Cleanup:
+        """The container's end, as its owner (or an operator) reports it: its cgroups
+        emptied and removed, its GPUs back. A Docker container is the caller's to
+        remove (the reconciler removes one whose owner is gone)."""
         with self.lock:
-            h = self._get(container_id)
-            killed: List[int] = []
-            if h.kind == "cgroup":
-                killed = self.cgroups.remove({**self.cgroups.paths(h.container_id), **h.cgroups})
+            h = self._get(request.container_id)
+            killed = self._remove_cgroups(h)
             crashpoints.reached("cleanup:after_kernel", h.container_id)
-            self.allocator.release(h.gpus)
-            del self.holdings[h.container_id]
-            if h.state == "prepared":
-                self._save()    # else recovery would wait for an isolate that never comes
-            else:
-                self._save_soon()   # an isolated container without cgroup/Docker
-                                    # container is released by recovery anyway
+            self._drop(h)
             if killed:
-                log.info("cleanup of %s killed %d leftover process(es)", container_id, len(killed))
-            log.info("cleaned up %s: GPUs %s back to the pool", container_id, list(h.gpus))
-            return {"container_id": h.container_id, "released": list(h.gpus), "killed": killed}
+                log.info("cleanup of %s killed %d leftover process(es)", h.container_id,
+                         len(killed))
+            log.info("cleaned up %s: GPUs %s back to the pool", h.container_id, list(h.gpus))
+            return Cleanup(h.container_id, h.gpus, tuple(killed))
 
-    def reap(self, now: Optional[float] = None) -> List[str]:
-        """Containers prepared but never isolated within --prepare_timeout give
-        their GPUs back (a Docker one is adopted instead if Docker runs it)."""
-        now = time.time() if now is None else now
+    def _remove_cgroups(self, h: Holding) -> List[int]:
+        if h.container_type != MESOS:
+            return []
+        ours = h.placed.family if h.placed else None
+        killed = self.cgroups.remove({**self.cgroups.paths(h.container_id), **h.cgroups}, ours)
+        for path in h.runtime_cgroups:
+            try:
+                killed += cgroup_paths.remove(path, timeout=2.0, ours=ours,
+                                              evict_to=os.path.dirname(path))
+            except OSError as e:
+                log.warning("container %s: cannot remove %s: %s", h.container_id, path, e)
+        return sorted(set(killed))
+
+    def release(self, h: Holding, reason: str, why: str) -> bool:
+        """Stop a container nobody owns any more and give its GPUs back (`reason` is a
+        short code counted in the metrics, `why` the sentence logged); False when the
+        holding changed meanwhile (its owner cleaned it up, say) and nothing was done."""
         with self.lock:
-            late = [h for h in self.holdings.values()
-                    if h.state == "prepared" and now - h.prepared_at > self.prepare_timeout]
-            if not late:
-                return []
-            live = None
-            if any(h.kind == "docker" for h in late) and self.docker is not None:
+            if self.holdings.get(h.container_id) is not h:
+                return False
+            if h.container_type == DOCKER and self.docker is not None:
                 try:
-                    live = self.docker.live()
+                    self.docker.remove(h.container_id, h.docker_id)
                 except DockerUnavailable as e:
-                    log.warning("reap: %s", e)
-                    late = [h for h in late if h.kind != "docker"]
-            reaped = []
-            for h in late:
-                if h.kind == "docker" and live and h.container_id in live:
-                    self.holdings[h.container_id] = replace(
-                        h, state="isolated", docker_id=live[h.container_id])
-                    continue
-                if h.kind == "cgroup" and self.cgroups.existing(
-                        self.cgroups.paths(h.container_id)):
-                    continue                  # being isolated right now
-                self.allocator.release(h.gpus)
-                del self.holdings[h.container_id]
-                reaped.append(h.container_id)
-                log.warning("container %s was prepared %.0f s ago and never isolated: "
-                            "GPUs %s back to the pool", h.container_id, now - h.prepared_at,
-                            list(h.gpus))
-            self._save_soon()
-            return reaped
+                    log.warning("container %s: %s; its GPUs stay held until Docker answers",
+                                h.container_id, e)
+                    return False
+            killed = self._remove_cgroups(h)
+            crashpoints.reached("release:after_stop", h.container_id)
+            self._drop(h)
+            self.counters[f"released_{reason}"] += 1
+        log.warning("container %s released GPUs %s: %s%s", h.container_id, list(h.gpus), why,
+                    f" ({len(killed)} process(es) killed)" if killed else "")
+        return True
 
-    def usage(self, container_id: object) -> Dict:
+    def usage(self, container_id: str) -> Dict:
         with self.lock:
             h = self._get(container_id)
             gpus = [self.gpus[m] for m in h.gpus if m in self.gpus]
-            pids = set(self.cgroups.procs(h.cgroups) or ()) if h.kind == "cgroup" else set()
+            pids = set(self.cgroups.procs(h.cgroups) or ()) if h.container_type == MESOS else set()
         try:
             figures = nvml.usage([g.index for g in gpus], self.nvml_library) if gpus else {}
         except nvml.NvmlUnavailable as e:
@@ -331,6 +370,9 @@ class AgentService:
                     "cgroups": {"host": self.cgroups.host.to_json(),
                                 "versions": self.cgroups.versions, "root": self.cgroups.root},
                     "control_devices": [n.to_json() for n in self._control()],
-                    "volume": self.volume,
-                    "ledger": self.ledger.path,
+                    "volume": {"name": self.volume.name, "path": self.volume.path}
+                    if self.volume else None,
+                    "ledger": {"path": self.ledger.path, "journal": self.ledger.journal_path,
+                               "writes": self.ledger.writes},
+                    "counters": dict(self.counters),
                     "containers": {cid: h.to_json() for cid, h in self.holdings.items()}}

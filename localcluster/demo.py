@@ -157,7 +157,7 @@ def framework_service(master: str, node, engine) -> Iterator[str]:
 
 
 def show_isolation(engine, node) -> None:
-    from isolator.docker_devices import LABEL
+    from isolator.api import CONTAINER_LABEL as LABEL
     containers = engine.client().containers.list(filters={"label": LABEL})
     if not containers:
         raise UserError("no running GPU container to look into")

@@ -122,7 +122,9 @@ class _MesosProcess:
         self.prefix: Optional[Path] = None
         self.run_dir: Optional[Path] = None
         self.port: Optional[int] = None
-        self.proc: Optional[subprocess.Popen] = None
+        self.pid: Optional[int] = None                     # the Mesos daemon
+        self._reapers: List[subprocess.Popen] = []         # its init, one per (re)start
+        self._status: Optional[Path] = None                # what the current init reports
         self.cgroups_root = f"mesos-gpu-bed-{uuid.uuid4().hex[:8]}"
 
     # -- what each mode adds ------------------------------------------------
@@ -179,7 +181,7 @@ class _MesosProcess:
         return env
 
     def start(self) -> "_MesosProcess":
-        if self.proc is not None:
+        if self.pid is not None:
             raise LocalClusterError(f"{self.name} already started on {self.address}")
         processes.sweep_orphans()
         self.prefix = build()
@@ -190,32 +192,34 @@ class _MesosProcess:
         except BaseException:
             self.stop()
             raise
-        log.info("%s up on %s (pid %d, run dir %s)", self.name, self.address, self.proc.pid,
+        log.info("%s up on %s (pid %d, run dir %s)", self.name, self.address, self.pid,
                  self.run_dir)
         return self
 
     def crash(self) -> None:
         """SIGKILL the daemon alone, as a machine failure would. Its port and run
         dir (work dir, a replicated_log registry) stay for `restart()`; what it
-        started (executors, tasks) lives on."""
-        if self.proc is None:
+        started (executors, tasks) lives on, under the daemon's init (localcluster/reaper.py),
+        which reaps them when they end as pid 1 does on a production host."""
+        if self.pid is None:
             raise LocalClusterError(f"{self.name} on {self.address} is not running")
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
-        self.proc = None
+        os.kill(self.pid, signal.SIGKILL)
+        processes.wait_until(lambda: self._exit_status() is not None, 10,
+                             f"{self.name} reaped after SIGKILL")
+        self.pid = None
         log.info("%s on %s killed (SIGKILL)", self.name, self.address)
 
     def restart(self) -> "_MesosProcess":
         """Start the daemon again after `crash()`, on the same port and run dir;
         returns once it answers (a master: once it has recovered its registry)."""
-        if self.proc is not None or self.run_dir is None:
+        if self.pid is not None or self.run_dir is None:
             raise LocalClusterError(f"{self.name}: restart() needs a crash()ed daemon")
         try:
             self._launch(attempts=20, new_port=False)  # the port can stay busy a moment
         except BaseException:
             self.stop()
             raise
-        log.info("%s restarted on %s (pid %d)", self.name, self.address, self.proc.pid)
+        log.info("%s restarted on %s (pid %d)", self.name, self.address, self.pid)
         return self
 
     def _launch(self, attempts: int, new_port: bool) -> None:
@@ -232,9 +236,9 @@ class _MesosProcess:
             except LocalClusterError:
                 if attempt == attempts - 1 or "Address already in use" not in self._err_tail():
                     raise
-                self.proc.kill()            # it failed to bind: it started nothing
-                self.proc.wait()
-                self.proc = None
+                os.kill(self.pid, signal.SIGKILL)   # it failed to bind: it started nothing
+                self._reapers.pop().wait()
+                self.pid = None
                 time.sleep(0 if new_port else 0.25)
         processes.wait_until(self.ready, START_TIMEOUT, f"{self.name} on {self.address}",
                              self._died, interval=0.2)
@@ -243,11 +247,27 @@ class _MesosProcess:
         for sub in ("work", "runtime", "fetch"):
             (self.run_dir / sub).mkdir(exist_ok=True)
         files = self.log_files
+        self._status = self.run_dir / f"reaper-{len(self._reapers)}.status"
         with open(files["stdout"], "ab") as out, open(files["stderr"], "ab") as err:
-            self.proc = subprocess.Popen(
-                [str(self.prefix / "bin" / "mesos_local"), self.mode], env=self.environment(),
+            reaper = subprocess.Popen(
+                [sys.executable, "-m", "localcluster.reaper", str(self._status), "--",
+                 str(self.prefix / "bin" / "mesos_local"), self.mode], env=self.environment(),
                 stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=self.run_dir,
                 start_new_session=True)
+        self._reapers.append(reaper)
+        self.pid = int(processes.wait_until(lambda: self._status_line("pid"), 10,
+                                            f"{self.name}'s init", lambda: None if
+                                            reaper.poll() is None else "the init exited"))
+
+    def _status_line(self, key: str) -> Optional[str]:
+        try:
+            lines = self._status.read_text().splitlines()
+        except (OSError, AttributeError):
+            return None
+        return next((line.split()[1] for line in lines if line.startswith(key + " ")), None)
+
+    def _exit_status(self) -> Optional[str]:
+        return self._status_line("exit")
 
     def _answers(self) -> bool:
         try:
@@ -264,8 +284,9 @@ class _MesosProcess:
         return " | ".join(text.strip().splitlines()[-lines:])
 
     def _died(self) -> Optional[str]:
-        if self.proc is not None and self.proc.poll() is not None:
-            return f"exited with status {self.proc.returncode}: {self._err_tail()}"
+        status = self._exit_status() if self.pid is not None else None
+        if status is not None:
+            return f"exited with status {status}: {self._err_tail()}"
         return None
 
     def state(self) -> Dict:
@@ -273,10 +294,16 @@ class _MesosProcess:
         return _get_json(self.url + self.state_path)
 
     def _kill(self) -> None:
-        if self.proc is not None:
-            processes.kill_tree(self.proc.pid, self.run_dir)
-            self.proc.wait()
-            self.proc = None
+        if self.pid is not None:
+            processes.kill_tree(self.pid, self.run_dir)
+            self.pid = None
+        for reaper in self._reapers:          # each exits once nothing is left below it
+            try:
+                reaper.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                processes.kill_tree(reaper.pid, self.run_dir, grace=0.5)
+                reaper.wait()
+        self._reapers = []
 
     def stop(self) -> None:
         """Stop the daemon and everything it started; leave nothing behind."""

@@ -24,6 +24,7 @@ from framework.executor.launch_errors import TaskFailure
 from framework.executor.task_process import command_of, driver_volume, task_environment
 from framework.task_spec import TaskSpec
 from isolator import docker_devices
+from isolator.api import Grant
 from volumes import environment, image_rules
 from common.errors import UserError
 
@@ -57,11 +58,11 @@ def check_cuda(driver_cuda: Optional[str], image: image_rules.ImageInfo) -> None
         raise TaskFailure(f"image {image.ref}: {e}") from None
 
 
-class DockerTask:
+class DockerContainer:
     """One container: create, start, wait, kill, remove."""
 
     def __init__(self, spec: TaskSpec, container_id: str, client: docker.DockerClient,
-                 image: image_rules.ImageInfo, grant: Mapping[str, Any],
+                 image: image_rules.ImageInfo, grant: Optional[Grant],
                  extra_env: Mapping[str, str]) -> None:
         self.spec = spec
         self.container_id = container_id

@@ -36,13 +36,16 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Union
 
 from pymesos import Executor, MesosExecutorDriver, decode_data, encode_data
+from pymesos.utils import parse_duration
 
 import framework.mesos_driver  # noqa: F401  (no interrupt_main from pymesos' IO thread)
 from framework import taskinfo
-from framework.executor.docker_container import DockerTask, check_cuda, docker_client, inspect
+from framework.executor.docker_container import DockerContainer, check_cuda, docker_client, inspect
 from framework.executor.launch_errors import TaskFailure
 from framework.task_spec import DOCKER, TaskSpec
-from framework.executor.mesos_container import HostTask, RuncTask, become_subreaper
+from framework.executor.mesos_container import (MesosHostContainer, MesosImageContainer,
+                                               become_subreaper)
+from isolator.api import Grant
 from isolator.client import AgentClient, AgentError
 from volumes.environment import DEFAULT_PATH
 from common.errors import UserError
@@ -53,7 +56,7 @@ KILL_GRACE_SECONDS = 3.0
 ACK_WAIT_SECONDS = 10.0
 # Kill grace on SHUTDOWN when the agent does not say its own grace period.
 SHUTDOWN_KILL_GRACE_SECONDS = 2.0
-ContainerRun = Union[DockerTask, HostTask, RuncTask]
+ContainerRun = Union[DockerContainer, MesosHostContainer, MesosImageContainer]
 
 
 def agent_api_path(env: Mapping[str, str] = os.environ) -> str:
@@ -65,12 +68,36 @@ def agent_api_path(env: Mapping[str, str] = os.environ) -> str:
     return "/api/v1/executor"
 
 
+def duration_env(name: str, default: float, env: Mapping[str, str] = os.environ) -> float:
+    """A Mesos duration the agent passes in the environment ("15mins", "2secs")."""
+    text = env.get(name)
+    if not text:
+        return default
+    try:
+        return parse_duration(text)
+    except (ValueError, KeyError, IndexError):
+        log.warning("%s=%r is not a duration: using %gs", name, text, default)
+        return default
+
+
 class AgentPathExecutorDriver(MesosExecutorDriver):
-    """pymesos' executor driver posting to the agent's own API path."""
+    """pymesos' executor driver posting to the agent's own API path, re-subscribing
+    to a restarted agent quickly enough to be recovered.
+
+    A checkpointing framework's executor outlives its agent: after an agent restart
+    the agent waits --executor_reregistration_timeout (2 s by default) for its
+    executors to subscribe again and kills the others. pymesos backs off 2, 4, 8 ...
+    seconds between connection attempts, so ours retries every RETRY_SECONDS,
+    never more than MESOS_SUBSCRIPTION_BACKOFF_MAX apart (the agent's own bound)."""
+    RETRY_SECONDS = 0.2
 
     def __init__(self, executor: Executor, path: str) -> None:
         super().__init__(executor)
         self.path = path
+        self.backoff_max = duration_env("MESOS_SUBSCRIPTION_BACKOFF_MAX", 2.0)
+
+    def _backoff(self, num_conn_retry: int) -> float:
+        return min(self.backoff_max, self.RETRY_SECONDS)
 
     def gen_request(self) -> bytes:
         return super().gen_request().replace(b"POST /api/v1/executor ",
@@ -87,7 +114,11 @@ class AgentPathExecutorDriver(MesosExecutorDriver):
         status.setdefault("uuid", encode_data(uuid.uuid4().bytes))
         status.setdefault("source", "SOURCE_EXECUTOR")
         self.updates[uuid.UUID(bytes=decode_data(status["uuid"]))] = {"status": status}
-        super().sendStatusUpdate(status)
+        try:
+            super().sendStatusUpdate(status)
+        except (RuntimeError, OSError) as e:     # the agent is away (restarting)
+            log.warning("status update %s of task %s not sent now (%s): it goes out when "
+                        "the agent is back", status["state"], status["task_id"]["value"], e)
 
 
 def container_id_for(task_id: str, framework_id: str, executor_id: str) -> str:
@@ -179,7 +210,7 @@ class TaskRun:
         except TaskFailure as e:
             return Outcome("TASK_FAILED", str(e), e.reason,
                            {taskinfo.RETRY_LABEL: "true" if e.retry else "false"})
-        uuids = ",".join(g["uuid"] for g in grant.get("gpus", []))
+        uuids = ",".join(grant.uuids if grant else ())
         self.send("TASK_RUNNING", f"running as {self.container.describe()}",
                   labels={taskinfo.GPUS_LABEL: uuids,
                           taskinfo.CONTAINER_LABEL: self.container_id})
@@ -191,7 +222,7 @@ class TaskRun:
         return Outcome("TASK_FAILED", f"the command exited with code {code}",
                        "REASON_COMMAND_EXECUTOR_FAILED")
 
-    def _create(self, spec: TaskSpec) -> dict:
+    def _create(self, spec: TaskSpec) -> Optional[Grant]:
         """Checks, prepare, create, isolate: everything before the start."""
         agent = self.executor.agent_name
         client = image = None
@@ -204,13 +235,14 @@ class TaskRun:
         extra = {"MESOS_TASK_ID": self.task_id}
         with self._lock:
             if spec.container == DOCKER:
-                self.container = DockerTask(spec, self.container_id, client, image, grant, extra)
+                self.container = DockerContainer(spec, self.container_id, client, image, grant,
+                                                 extra)
             elif spec.image:
-                self.container = RuncTask(spec, self.container_id, client, image, grant, extra,
-                                          self.executor.sandbox)
+                self.container = MesosImageContainer(spec, self.container_id, client, image,
+                                                     grant, extra, self.executor.sandbox)
             else:
-                self.container = HostTask(spec, self.container_id, grant, extra,
-                                          self.executor.sandbox)
+                self.container = MesosHostContainer(spec, self.container_id, grant, extra,
+                                                    self.executor.sandbox)
         created = self.container.create()
         if self.prepared:
             self._isolate(spec, created)
@@ -223,21 +255,21 @@ class TaskRun:
             raise TaskFailure(f"image {spec.image} names a CUDA version and the agent daemon "
                               f"cannot say the driver's: {e}", retry=True) from None
 
-    def _prepare(self, spec: TaskSpec) -> dict:
-        kind = "docker" if spec.container == DOCKER else "cgroup"
+    def _prepare(self, spec: TaskSpec) -> Optional[Grant]:
+        socket_path = self.executor.agent.socket_path
+        if spec.gpus == 0 and not os.path.exists(socket_path):
+            log.info("no agent daemon at %s: running a task without GPUs unisolated",
+                     socket_path)
+            return None
         try:
-            grant = self.executor.agent.prepare(self.container_id, spec.gpus, kind)
+            grant = self.executor.agent.prepare(self.container_id, spec.gpus, spec.container)
         except AgentError as e:
-            if spec.gpus == 0 and e.status == 503:
-                log.info("no agent daemon at %s: running a task without GPUs unisolated",
-                         self.executor.agent.socket_path)
-                return {}
             retry = e.status in (409, 503)
             raise TaskFailure(f"the agent daemon could not give {spec.gpus} GPU(s): {e}",
                               retry=retry) from None
         self.prepared = True
         log.info("task %s: container %s holds GPUs %s", self.task_id, self.container_id,
-                 [g.get("index", g.get("minor")) for g in grant.get("gpus", [])])
+                 [g.index for g in grant.gpus])
         return grant
 
     def _isolate(self, spec: TaskSpec, created: Union[str, int]) -> None:
@@ -298,16 +330,49 @@ class GpuExecutor(Executor):
         self.runs: dict[str, TaskRun] = {}
         self.lock = threading.Lock()
         self.all_done = threading.Event()
+        self.disconnected_at: Optional[float] = None
+        self.recovery_timeout = duration_env("MESOS_RECOVERY_TIMEOUT", 15 * 60.0)
+        self.recovery_expired = False
 
     def registered(self, driver, executor_info, framework_info, agent_info) -> None:
         self.agent_name = agent_info.get("hostname", self.agent_name)
+        self._connected()
         log.info("registered with agent %s", self.agent_name)
 
     def reregistered(self, driver, agent_info) -> None:
-        log.info("re-registered with agent %s", agent_info.get("hostname"))
+        away = self._connected()
+        log.info("re-registered with agent %s after %.1f s away: tasks keep running",
+                 agent_info.get("hostname"), away)
 
     def disconnected(self, driver) -> None:
-        log.warning("disconnected from the agent")
+        """The agent went away (restarting, say). The tasks run on; if it is not back
+        within MESOS_RECOVERY_TIMEOUT they are killed, cleaned up, and we exit, as
+        Mesos's own executors do."""
+        with self.lock:
+            if self.disconnected_at is not None:
+                return                          # pymesos calls this on every retry
+            self.disconnected_at = time.monotonic()
+        log.warning("disconnected from the agent: retrying; tasks go on (recovery timeout "
+                    "%.0f s)", self.recovery_timeout)
+        threading.Thread(target=self._recovery_watch, args=(driver, self.disconnected_at),
+                         name="recovery-timeout", daemon=True).start()
+
+    def _connected(self) -> float:
+        with self.lock:
+            since, self.disconnected_at = self.disconnected_at, None
+        return time.monotonic() - since if since is not None else 0.0
+
+    def _recovery_watch(self, driver, since: float) -> None:
+        while time.monotonic() - since < self.recovery_timeout:
+            time.sleep(min(1.0, self.recovery_timeout))
+            with self.lock:
+                if self.disconnected_at != since:
+                    return                       # back, or a newer disconnection watches
+        log.error("the agent did not come back within %.0f s (MESOS_RECOVERY_TIMEOUT): "
+                  "killing every task and exiting", self.recovery_timeout)
+        self.recovery_expired = True
+        self.shutdown(driver)
+        driver.abort()
 
     def launchTask(self, driver, task) -> None:
         run = TaskRun(self, driver, task)

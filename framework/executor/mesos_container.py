@@ -4,11 +4,11 @@ The agent daemon makes the cgroup and applies the device rules (`isolate` with
 the child's pid). The child must not run the task's command before that, so
 each kind of child waits until the executor says it has been placed:
 
-- HostTask (no image): `unshare --mount` + a small shell that blocks on a pipe,
+- MesosHostContainer (no image): `unshare --mount` + a small shell that blocks on a pipe,
   then, in its private mount namespace, bind-mounts the driver volume
   read-only at /usr/local/nvidia (when the rules say so) and execs the command
   on the host's filesystem;
-- RuncTask (a Docker image): the image's root filesystem is exported from the
+- MesosImageContainer (a Docker image): the image's root filesystem is exported from the
   local Docker engine into an OCI bundle and run by `runc` (Debian's docker.io
   ships it). `runc create` leaves the container's init blocked until
   `runc start`; the init's pid is isolated in between. The bundle lists the
@@ -32,6 +32,7 @@ import docker.errors
 from framework.executor.launch_errors import TaskFailure
 from framework.executor.task_process import command_of, driver_volume, task_environment
 from framework.task_spec import TaskSpec
+from isolator.api import Grant
 from volumes import environment
 from volumes.image_rules import ImageInfo, needs_volume
 
@@ -74,10 +75,10 @@ def _kill_group(pid: int, sig: int) -> None:
         pass
 
 
-class HostTask:
+class MesosHostContainer:
     """The command on the host's filesystem, in a private mount namespace."""
 
-    def __init__(self, spec: TaskSpec, container_id: str, grant: Mapping[str, Any],
+    def __init__(self, spec: TaskSpec, container_id: str, grant: Optional[Grant],
                  extra_env: Mapping[str, str], sandbox: str) -> None:
         self.spec = spec
         self.container_id = container_id
@@ -148,11 +149,11 @@ class HostTask:
         """Nothing on disk."""
 
 
-class RuncTask:
+class MesosImageContainer:
     """The image's root filesystem run by runc, with only the granted devices."""
 
     def __init__(self, spec: TaskSpec, container_id: str, client: docker.DockerClient,
-                 image: ImageInfo, grant: Mapping[str, Any], extra_env: Mapping[str, str],
+                 image: ImageInfo, grant: Optional[Grant], extra_env: Mapping[str, str],
                  workdir: str, runc: str = "runc") -> None:
         self.spec = spec
         self.container_id = container_id
@@ -266,12 +267,12 @@ class RuncTask:
         if self.volume_path:
             mounts.append({"destination": environment.MOUNT_POINT, "type": "bind",
                            "source": self.volume_path, "options": ["rbind", "ro", "nosuid", "nodev"]})
-        devices = [{"path": "/dev/" + os.path.basename(d["path"]), "type": "c",
-                    "major": d["major"], "minor": d["minor"], "fileMode": 0o666, "uid": 0, "gid": 0}
-                   for d in self.grant.get("devices", [])]
+        granted = self.grant.devices if self.grant else ()
+        devices = [{"path": f"/dev/{d.name}", "type": "c", "major": d.major, "minor": d.minor,
+                    "fileMode": 0o666, "uid": 0, "gid": 0} for d in granted]
         rules = [{"allow": False, "access": "rwm"}] + [
-            {"allow": True, "type": "c", "major": d["major"], "minor": d["minor"], "access": "rwm"}
-            for d in self.grant.get("devices", [])]
+            {"allow": True, "type": "c", "major": d.major, "minor": d.minor, "access": "rwm"}
+            for d in granted]
         resources: dict[str, Any] = {"devices": rules}
         if self.spec.mem > 0:
             resources["memory"] = {"limit": int(self.spec.mem * 1024 * 1024)}

@@ -1,9 +1,10 @@
 """What a task's process is given, whatever runs it (Docker, runc, the host):
 its argv and its environment."""
 import logging
-from typing import Any, Mapping, Optional
+from typing import Mapping, Optional
 
 from framework.task_spec import TaskSpec
+from isolator.api import Grant
 from volumes import environment
 
 log = logging.getLogger(__name__)
@@ -16,7 +17,7 @@ def command_of(spec: TaskSpec) -> Optional[list[str]]:
     return list(spec.args) or None
 
 
-def task_environment(spec: TaskSpec, base: Mapping[str, str], grant: Mapping[str, Any],
+def task_environment(spec: TaskSpec, base: Mapping[str, str], grant: Optional[Grant],
                      with_volume: bool, extra: Mapping[str, str]) -> dict[str, str]:
     """`base` (the image's or a default environment), the driver volume's PATH
     and LD_LIBRARY_PATH when it is mounted (as Mesos sets them), the task's own
@@ -27,14 +28,14 @@ def task_environment(spec: TaskSpec, base: Mapping[str, str], grant: Mapping[str
         env.update(environment.nvidia_environment({**base, **spec.env}))
     env.update(spec.env)
     env.update(extra)
-    env.update(grant.get("env") or {})
+    env.update(grant.env if grant else {})
     return env
 
 
-def driver_volume(grant: Mapping[str, Any], wanted: bool) -> Optional[str]:
+def driver_volume(grant: Optional[Grant], wanted: bool) -> Optional[str]:
     """The driver volume's path to mount, when the image rules want it and the
     grant has one (a container without GPUs gets none)."""
-    volume = grant.get("volume")
+    volume = grant.volume if grant else None
     if wanted and not volume:
         log.info("the task asks for the driver volume but holds no GPU: none mounted")
-    return volume["path"] if wanted and volume else None
+    return volume.path if wanted and volume else None

@@ -21,6 +21,7 @@ from framework.marathon.http_api import VERSION, MarathonApi
 from framework.marathon.security import DEFAULT_MAX_BODY_BYTES, Authenticator, DockerPolicy
 from framework.marathon.server import MarathonHttpServer
 from framework.state_store import StateStore
+from isolator.api import DEFAULT_SOCKET as DEFAULT_AGENT_SOCKET
 from common import instance_lock
 from volumes.cli import non_empty
 from common.errors import UserError
@@ -28,7 +29,6 @@ from common.errors import UserError
 log = logging.getLogger(__name__)
 
 DEFAULT_STATE_DIR = "/var/lib/mesos-gpu/framework"
-DEFAULT_AGENT_SOCKET = "/var/lib/mesos-gpu/agent.sock"
 FRAMEWORK_NAME = "marathon-gpu"
 FAILOVER_TIMEOUT = 7 * 24 * 3600.0
 LOCK_NAME = "framework.lock"

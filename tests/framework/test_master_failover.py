@@ -91,7 +91,7 @@ def test_running_gpu_task_survives_a_master_failover(mesos_master, mesos_agent, 
         ledger = node.containers()
         assert len(ledger) == 1 and len(node.allocated()) == 1
 
-        os.kill(agent.proc.pid, signal.SIGSTOP)
+        os.kill(agent.pid, signal.SIGSTOP)
         agent_held = True
         killed_at = time.monotonic()
         master.crash()
@@ -105,7 +105,7 @@ def test_running_gpu_task_survives_a_master_failover(mesos_master, mesos_agent, 
         assert not agent_active(master, agent_id)
         assert [r for t, r in updates if t > killed_at] == []
 
-        os.kill(agent.proc.pid, signal.SIGCONT)
+        os.kill(agent.pid, signal.SIGCONT)
         agent_held = False
         wait_until(lambda: agent_active(master, agent_id), 30, "agent re-registered")
         agent_back_at = time.monotonic()
@@ -135,5 +135,5 @@ def test_running_gpu_task_survives_a_master_failover(mesos_master, mesos_agent, 
         wait_until(lambda: node.allocated() == [], 10, "GPUs returned to the agent daemon")
     finally:
         if agent_held:
-            os.kill(agent.proc.pid, signal.SIGCONT)
+            os.kill(agent.pid, signal.SIGCONT)
         sched.stop(teardown=True)

@@ -101,7 +101,7 @@ def test_silent_master_is_dropped_and_the_framework_resubscribes_as_itself(
 
         streams_before = connections_to(master.port)
         assert streams_before
-        os.kill(master.proc.pid, signal.SIGSTOP)
+        os.kill(master.pid, signal.SIGSTOP)
         frozen = True
         frozen_at, frozen_wall = time.monotonic(), time.time()
         dropped = wait_until(
@@ -117,7 +117,7 @@ def test_silent_master_is_dropped_and_the_framework_resubscribes_as_itself(
         assert not sched.wait_subscribed(0)     # its SUBSCRIBE gets no answer while frozen
         assert [r for t, r in updates if t > frozen_at] == []
 
-        os.kill(master.proc.pid, signal.SIGCONT)
+        os.kill(master.pid, signal.SIGCONT)
         frozen = False
         resumed_at, resumed_wall = time.monotonic(), time.time()
         assert sched.wait_subscribed(30), "no re-subscription after the master resumed"
@@ -149,7 +149,7 @@ def test_silent_master_is_dropped_and_the_framework_resubscribes_as_itself(
         wait_until(lambda: node.allocated() == [], 10, "GPU returned to the agent daemon")
     finally:
         if frozen:
-            os.kill(master.proc.pid, signal.SIGCONT)
+            os.kill(master.pid, signal.SIGCONT)
         sched.stop(teardown=True)
 
 

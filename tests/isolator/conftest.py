@@ -11,6 +11,7 @@ from typing import Dict, Iterator, List, Optional
 import pytest
 
 from isolator import cgroup_host
+from isolator.api import Grant
 from isolator.client import AgentClient
 from tests.bed import cgroups as bed_cgroups
 from localcluster import fake_nvml
@@ -58,7 +59,9 @@ class Daemon:
         self.proc: Optional[subprocess.Popen] = None
         Daemon.started += 1
         self.log_path = self.work_dir.parent / f"{self.work_dir.name}.{Daemon.started}.log"
-        self.client = AgentClient(str(self.work_dir / "agent.sock"), timeout=30)
+        # a dead daemon shows at once (the crash tests expect it); retrying is tested apart
+        self.client = AgentClient(str(self.work_dir / "agent.sock"), timeout=30,
+                                  connect_timeout=1.0)
 
     def start(self, wait: bool = True) -> "Daemon":
         self.log_file = open(self.log_path, "ab")
@@ -151,5 +154,5 @@ def only(minors, n: int = 8) -> Dict[int, str]:
     return {m: ("ENXIO" if m in set(minors) else "EPERM") for m in range(n)}
 
 
-def minors_of(answer: Dict) -> List[int]:
-    return [g["minor"] for g in answer["gpus"]]
+def minors_of(grant: Grant) -> List[int]:
+    return [g.minor for g in grant.gpus]

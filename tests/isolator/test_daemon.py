@@ -4,9 +4,11 @@ import os
 import signal
 import socket
 import stat
+import time
 
 import pytest
 
+from isolator.api import DOCKER, Grant
 from isolator.client import AgentClient, AgentError
 from localcluster import fake_nvml
 from tests.isolator.conftest import minors_of, new_prober
@@ -73,39 +75,47 @@ def test_bad_flags_stop_the_daemon_with_one_line(daemon_factory):
 
 def test_prepare_answer_matches_the_contract(daemon_factory, dev_dir):
     agent = daemon_factory("k80")
-    a = agent.client.prepare("c1", 1, kind="docker")
-    assert set(a) >= {"container_id", "gpus", "devices", "env", "driver_version",
-                      "cuda_driver_version", "volume"}
-    g = a["gpus"][0]
-    assert set(g) >= {"index", "minor", "uuid", "name", "memory_total", "pci_bus_id",
-                      "compute_capability", "board_id", "major", "device_path"}
-    assert {d["path"]: (d["major"], d["minor"], d["access"]) for d in a["devices"]} == {
+    a = agent.client.prepare("c1", 1, container_type=DOCKER)
+    raw = a.to_json()
+    assert set(raw) >= {"container_id", "container_type", "gpus", "devices", "env",
+                        "driver_version", "cuda_driver_version", "volume"}
+    assert Grant.from_json(raw) == a                    # the typed contract round-trips
+    g = a.gpus[0]
+    assert set(raw["gpus"][0]) >= {"index", "minor", "uuid", "name", "memory_total",
+                                   "pci_bus_id", "compute_capability", "board_id", "major",
+                                   "device_path"}
+    assert a.container_type == DOCKER
+    assert {d.path: (d.major, d.minor, d.access) for d in a.devices} == {
         str(dev_dir / "nvidiactl"): (195, 255, "rwm"),
         str(dev_dir / "nvidia-uvm"): (240, 0, "rwm"),
         str(dev_dir / "nvidia-uvm-tools"): (240, 1, "rwm"),
-        str(dev_dir / f"nvidia{g['minor']}"): (195, g["minor"], "rwm")}
-    assert a["env"] == {"NVIDIA_VISIBLE_DEVICES": g["uuid"], "CUDA_VISIBLE_DEVICES": "0"}
-    assert (a["driver_version"], a["cuda_driver_version"], a["volume"]) == \
-        ("535.54.03", "12.2", None)
+        str(dev_dir / f"nvidia{g.minor}"): (195, g.minor, "rwm")}
+    assert a.env == {"NVIDIA_VISIBLE_DEVICES": g.uuid, "CUDA_VISIBLE_DEVICES": "0"}
+    assert (a.driver_version, a.cuda_driver_version, a.volume) == ("535.54.03", "12.2", None)
     none = agent.client.prepare("c0", 0)
-    assert none["gpus"] == [] and none["env"]["NVIDIA_VISIBLE_DEVICES"] == "void"
-    assert len(none["devices"]) == 3                    # control devices even with 0 GPUs
+    assert none.gpus == () and none.env["NVIDIA_VISIBLE_DEVICES"] == "void"
+    assert len(none.devices) == 3                       # control devices even with 0 GPUs
 
 
 def test_refusals(daemon_factory, probers):
     agent = daemon_factory("k80")
     c = agent.client
-    c.prepare("a", 1)
+    first = c.prepare("a", 1)
+    assert c.prepare("a", 1) == first                   # the same request again: a retry
     cases = [
-        (lambda: c.prepare("a", 1), 409, "container a is already prepared"),
+        (lambda: c.prepare("a", 2), 409, "container a is already prepared"),
         (lambda: c.prepare("b", 2), 409, "requested 2 GPUs but only 1 of 2 are free"),
         (lambda: c.prepare("b", 0.5), 400, "is fractional"),
         (lambda: c.prepare("b", -1), 400, "non-negative integer"),
-        (lambda: c.prepare("b", 1, kind="vm"), 400, "'kind' must be one of cgroup, docker"),
+        (lambda: c.prepare("b", 1, container_type="vm"), 400,
+         "'container_type' must be one of MESOS, DOCKER"),
         (lambda: c.prepare("../etc", 1), 400, "'container_id' must be"),
         (lambda: c.isolate("nope", pid=1), 404, "unknown container nope"),
         (lambda: c.isolate("a", pid=99999999), 400, "no such process"),
         (lambda: c.isolate("a", pid="1"), 400, "'pid' must be a positive integer"),
+        (lambda: c.isolate("a", pid=1), 403, "neither the caller"),       # init is not ours
+        (lambda: c.isolate("a", docker_id="abc"), 400, "isolate it by 'pid'"),
+        (lambda: c.isolate("a"), 400, "give exactly one of 'pid'"),
         (lambda: c.update("nope", 1), 404, "unknown container"),
         (lambda: c.update("a", 3), 409, "requested 2 GPUs but only 1 of 2"),
         (lambda: c.cleanup("nope"), 404, "unknown container"),
@@ -135,6 +145,18 @@ def test_malformed_http_requests(daemon_factory):
     assert b"'container_id' is missing" in r
     r = _raw(sock, b"GET /v2/nothing HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
     assert b" 404 " in r.split(b"\r\n")[0]
+    r = _raw(sock, b"GET /v1/prepare HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert b" 405 " in r.split(b"\r\n")[0] and b"takes POST" in r
+    for bad in (b"-5", b"abc", b"1.5", b"99999999999"):
+        r = _raw(sock, b"POST /v1/prepare HTTP/1.1\r\nHost: x\r\nContent-Length: " + bad +
+                 b"\r\n\r\n{}")
+        assert b" 400 " in r.split(b"\r\n")[0], (bad, r)
+        assert b"Content-Length" in r or b"over" in r, r
+    r = _raw(sock, b"BREW /v1/prepare\r\n\r\n")
+    assert b" 400 " in r.split(b"\r\n")[0] and b"malformed request line" in r
+    r = _raw(sock, b"POST /v1/prepare HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n")
+    assert b" 400 " in r.split(b"\r\n")[0] and b"Transfer-Encoding" in r
+    assert agent.client.info()["containers"] == {}       # nothing was prepared by any of it
 
 
 def test_usage_reports_nvml_figures_and_the_containers_processes(daemon_factory, probers):
@@ -158,14 +180,19 @@ def test_usage_reports_nvml_figures_and_the_containers_processes(daemon_factory,
 def test_metrics_in_prometheus_text(daemon_factory):
     agent = daemon_factory("v100x8")
     agent.client.prepare("m1", 2)
-    agent.client.prepare("m2", 1, kind="docker")
+    agent.client.prepare("m2", 1, container_type=DOCKER)
     text = agent.client.metrics()
     lines = text.splitlines()
     assert "mesos_gpu_gpus_total 8" in lines
     assert "mesos_gpu_gpus_allocated 3" in lines
     assert "mesos_gpu_gpus_free 5" in lines
-    assert 'mesos_gpu_container_gpus{container_id="m1",kind="cgroup",state="prepared"} 2' in lines
-    assert 'mesos_gpu_container_gpus{container_id="m2",kind="docker",state="prepared"} 1' in lines
+    assert ('mesos_gpu_container_gpus{container_id="m1",container_type="MESOS",'
+            'state="prepared"} 2') in lines
+    assert ('mesos_gpu_container_gpus{container_id="m2",container_type="DOCKER",'
+            'state="prepared"} 1') in lines
+    assert "mesos_gpu_ledger_writes_total 2" in lines
+    assert any(x.startswith('mesos_gpu_api_request_seconds_count{route="/v1/prepare"} ')
+               for x in lines)
     assert sum(1 for x in lines if x.startswith("mesos_gpu_gpu_allocated{") and x.endswith(" 1")) == 3
     assert "# TYPE mesos_gpu_gpus_total gauge" in lines
 
@@ -174,24 +201,27 @@ def test_node_without_nvml_serves_zero_gpus(daemon_factory):
     agent = daemon_factory("nolib")
     assert "0 GPUs managed: no GPUs: NVML library libnvidia-ml.so.1 not found" in agent.log()
     c = agent.client
-    assert c.prepare("cpu-task", 0)["gpus"] == []
+    assert c.prepare("cpu-task", 0).gpus == ()
     with pytest.raises(AgentError, match="requested 1 GPUs but only 0 of 0 are free"):
         c.prepare("gpu-task", 1)
     assert "mesos_gpu_gpus_total 0" in c.metrics()
 
 
 def test_unreachable_daemon_is_a_clear_client_error(tmp_path):
+    started = time.monotonic()
     with pytest.raises(AgentError) as e:
-        AgentClient(str(tmp_path / "agent.sock")).info()
+        AgentClient(str(tmp_path / "agent.sock"), connect_timeout=1.0).info()
     assert e.value.status == 503 and "not reachable at" in str(e.value)
+    assert "within 1 s" in str(e.value)
+    assert 0.5 < time.monotonic() - started < 10          # it retried, then gave up
 
 
 def test_prepared_but_never_isolated_is_reaped(daemon_factory):
     agent = daemon_factory("k80", extra=["--prepare_timeout", "0.3"])
     agent.client.prepare("abandoned", 2)
-    import time
     deadline = time.monotonic() + 10
     while agent.client.info()["containers"] and time.monotonic() < deadline:
         time.sleep(0.1)
     assert agent.client.info()["free"] == [0, 1]
-    assert "abandoned was prepared" in agent.log() and "never isolated" in agent.log()
+    assert "abandoned released GPUs [0, 1]: prepared" in agent.log()
+    assert "never isolated" in agent.log()

@@ -5,7 +5,9 @@ whose isolate never came is adopted, an unreachable engine releases nothing)."""
 import pytest
 
 from isolator.client import AgentError
-from isolator.docker_devices import LABEL, docker_options, labels
+from isolator.api import CONTAINER_LABEL as LABEL
+from isolator.api import DOCKER, Device, Grant
+from isolator.docker_devices import docker_options, labels
 from tests.isolator.conftest import minors_of
 
 SCRIPT = ("for m in 0 1; do cat /dev/nvidia$m 2>&1; done; "
@@ -19,9 +21,8 @@ def _run(engine, image, cid, answer, command=("sleep", "300")):
 
 
 def test_docker_options_from_a_prepare_answer():
-    answer = {"devices": [{"path": "/tmp/x/nvidiactl", "major": 195, "minor": 255,
-                           "access": "rwm"},
-                          {"path": "/dev/nvidia3", "major": 195, "minor": 3, "access": "rwm"}]}
+    answer = Grant("c1", DOCKER, devices=(Device("/tmp/x/nvidiactl", 195, 255),
+                                          Device("/dev/nvidia3", 195, 3)))
     assert docker_options(answer) == {"devices": ["/tmp/x/nvidiactl:/dev/nvidiactl:rwm",
                                                   "/dev/nvidia3:/dev/nvidia3:rwm"]}
     assert labels("c1") == {LABEL: "c1"}
@@ -29,7 +30,7 @@ def test_docker_options_from_a_prepare_answer():
 
 def test_container_opens_only_its_gpu(daemon_factory, docker_engine, busybox_image):
     agent = daemon_factory("k80", extra=["--docker_socket", docker_engine.host])
-    answer = agent.client.prepare("dk-own", 1, kind="docker")
+    answer = agent.client.prepare("dk-own", 1, container_type=DOCKER)
     mine = minors_of(answer)[0]
     other = 1 - mine
     c = _run(docker_engine, busybox_image(), "dk-own", answer, ("sh", "-c", SCRIPT))
@@ -48,7 +49,7 @@ def test_container_opens_only_its_gpu(daemon_factory, docker_engine, busybox_ima
 
 def test_isolate_checks_the_docker_label(daemon_factory, docker_engine, busybox_image):
     agent = daemon_factory("k80", extra=["--docker_socket", docker_engine.host])
-    answer = agent.client.prepare("dk-label", 1, kind="docker")
+    answer = agent.client.prepare("dk-label", 1, container_type=DOCKER)
     stranger = _run(docker_engine, busybox_image(), "someone-else", answer)
     try:
         with pytest.raises(AgentError, match="its label mesos-gpu.container-id is 'someone-else'"):
@@ -69,12 +70,12 @@ def test_recovery_against_the_engine(daemon_factory, docker_engine, busybox_imag
     image = busybox_image()
     started = {}
     for cid, n in (("dk-live", 2), ("dk-dead", 2), ("dk-adopt", 1)):
-        answer = c.prepare(cid, n, kind="docker")
+        answer = c.prepare(cid, n, container_type=DOCKER)
         started[cid] = (_run(docker_engine, image, cid, answer), minors_of(answer))
     c.isolate("dk-live", docker_id=started["dk-live"][0].id)
     c.isolate("dk-dead", docker_id=started["dk-dead"][0].id)
     # dk-adopt: its executor died between `docker run` and isolate
-    waiting = c.prepare("dk-waiting", 1, kind="docker")       # not started yet
+    waiting = c.prepare("dk-waiting", 1, container_type=DOCKER)       # not started yet
     try:
         with pytest.raises(AgentError, match="Docker cannot add or remove devices"):
             c.update("dk-live", 3)
@@ -103,7 +104,7 @@ def test_recovery_against_the_engine(daemon_factory, docker_engine, busybox_imag
         blind.kill9()
         agent = daemon_factory("v100x8", extra=extra, work_dir=agent.work_dir)
         assert "dk-live" not in agent.client.info()["containers"]
-        assert agent.client.cleanup("dk-adopt")["released"] == started["dk-adopt"][1]
+        assert list(agent.client.cleanup("dk-adopt").released) == started["dk-adopt"][1]
     finally:
         for container, _ in started.values():
             container.remove(force=True)

@@ -130,11 +130,13 @@ def test_agent_help_documents_every_flag_and_the_mixed_encoding(mesos_gpu_cli):
 def test_daemon_values_checked():
     from argparse import Namespace
     ok = dict(cgroups_root="mesos-gpu", prepare_timeout=600.0, ledger_flush_interval=1.0,
-              work_dir="/var/lib/mesos-gpu")
+              reconcile_interval=5.0, work_dir="/var/lib/mesos-gpu")
     flags.check_daemon_values(Namespace(**ok))
     flags.check_daemon_values(Namespace(**{**ok, "cgroups_root": "mesos/gpu"}))
     for bad, text in (({"cgroups_root": "../escape"}, "no '..'"),
                       ({"cgroups_root": "/abs"}, "relative cgroup path"),
                       ({"prepare_timeout": 0.0}, "--prepare_timeout=0.0: must be a positive"),
+                      ({"reconcile_interval": float("inf")},
+                       "--reconcile_interval=inf: must be a positive"),
                       ({"work_dir": "rel"}, "must be an absolute path")):
         assert text in _err(flags.check_daemon_values, Namespace(**{**ok, **bad}))

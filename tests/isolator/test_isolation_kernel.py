@@ -39,12 +39,12 @@ def test_own_gpus_enxio_others_eperm_through_grow_and_shrink(
     shrunk = c.update("task-a", 1)
     assert minors_of(shrunk) == minors_of(a)[:1]          # keeps the first granted
     assert open_gpus(pa, dev_dir) == only(minors_of(shrunk))
-    assert c.update("task-a", 0)["gpus"] == []
+    assert c.update("task-a", 0).gpus == ()
     assert open_gpus(pa, dev_dir) == only([])
 
     paths = c.info()["containers"]["task-a"]["cgroups"]
     assert sorted(paths) == (["v1", "v2"] if device_cgroup == "both" else [device_cgroup])
-    assert c.cleanup("task-a")["killed"] == [pa.pid]
+    assert c.cleanup("task-a").killed == (pa.pid,)
     assert not any(os.path.exists(p) for p in paths.values())
     assert c.info()["free"] == sorted(set(range(8)) - set(minors_of(b)))
 

@@ -1,22 +1,30 @@
-"""The durable ledger: atomic replacement with a backup, and a corrupt,
-truncated or missing file refused with an error naming the file and backup."""
+"""The durable ledger: a snapshot replaced atomically with a backup, a journal of
+every change since, and a corrupt, truncated or missing file refused with an error
+naming the file and backup (set aside instead when the host rebooted since)."""
 import json
 import os
 
 import pytest
 
+from isolator import ledger as ledger_mod
+from isolator.api import DOCKER, MESOS
 from isolator.ledger import Holding, Ledger, LedgerCorrupt
+from isolator.owner import Owner, Placed, my_owner
 
 
 def _h(cid, gpus, **kw):
-    return Holding(cid, "cgroup", tuple(gpus), tuple(f"GPU-{m}" for m in gpus), **kw)
+    return Holding(cid, MESOS, tuple(gpus), tuple(f"GPU-{m}" for m in gpus), **kw)
 
 
 def test_fresh_work_dir_is_empty_and_round_trip(tmp_path):
     led = Ledger(str(tmp_path))
     assert led.load() == {}
-    holdings = {"a": _h("a", [0, 1], state="isolated", cgroups={"v1": "/x/a"}, pid=12),
-                "b": Holding("b", "docker", (2,), ("GPU-2",), "isolated", 5.0, "abc123")}
+    holdings = {"a": _h("a", [0, 1], state="isolated", cgroups={"v1": "/x/a"},
+                        owner=my_owner(), placed=Placed(12, 34, 12, 4026531836),
+                        runtime_cgroups=("/sys/fs/cgroup/pids/a",)),
+                "b": Holding("b", DOCKER, (2,), ("GPU-2",), "isolated", 5.0,
+                             Owner(7, 8, "fw", "ex", "c0ffee", "127.0.0.1:5051", "/slave(1)"),
+                             "abc123")}
     led.write(holdings)
     again = Ledger(str(tmp_path))
     assert again.load() == holdings
@@ -59,7 +67,7 @@ def test_edited_ledger_fails_its_checksum(tmp_path):
 @pytest.mark.parametrize("mutate,reason", [
     (lambda d: d.update(format="other"), "not a mesos-gpu-ledger file"),
     (lambda d: d.update(version=99), "version 99"),
-    (lambda d: d["containers"]["a"].update(kind="vm"), "kind 'vm'"),
+    (lambda d: d["containers"]["a"].update(container_type="vm"), "container_type 'vm'"),
     (lambda d: d["containers"]["a"].update(gpus=[0, 0]), "not a list of distinct minors"),
     (lambda d: d["containers"].update(b=dict(d["containers"]["a"])), "GPU 0 held by both"),
 ])
@@ -105,3 +113,70 @@ def test_daemon_refuses_a_corrupt_ledger_and_touches_nothing(daemon_factory, tmp
     assert last.startswith(f"mesos-gpu agent: error: ledger {ledger} is corrupt")
     assert str(ledger) + ".bak" in last
     assert ledger.read_bytes() == before                       # left for the operator
+
+
+def test_journal_records_every_change_and_compaction_empties_it(tmp_path):
+    led = Ledger(str(tmp_path))
+    led.load()
+    led.put(_h("a", [0]))
+    led.put(_h("b", [1, 2]))
+    led.put(_h("a", [0, 3], state="isolated"))
+    led.remove("b")
+    assert led.writes == 4 and os.path.getsize(led.journal_path) == led.journal_bytes > 0
+    assert not os.path.exists(led.path)                 # no snapshot yet: the journal alone
+    again = Ledger(str(tmp_path))
+    assert again.load() == {"a": _h("a", [0, 3], state="isolated")}
+    again.compact({"a": _h("a", [0, 3], state="isolated")})
+    assert os.path.getsize(led.journal_path) == 0
+    again.put(_h("c", [5]))                             # appends continue after compaction
+    assert set(Ledger(str(tmp_path)).load()) == {"a", "c"}
+    assert again.sync() is True and again.sync() is False     # nothing new to sync
+
+
+def test_a_torn_last_record_is_dropped_a_corrupt_one_refused(tmp_path):
+    led = Ledger(str(tmp_path))
+    led.load()
+    led.put(_h("a", [0]))
+    led.put(_h("b", [1]))
+    led.close()
+    data = open(led.journal_path, "rb").read()
+    open(led.journal_path, "wb").write(data[:-7])       # the last write cut by a crash
+    assert set(Ledger(str(tmp_path)).load()) == {"a"}
+    lines = data.splitlines(keepends=True)
+    lines[0] = lines[0].replace(b'"gpus":[0]', b'"gpus":[7]')     # edited: crc fails
+    open(led.journal_path, "wb").write(b"".join(lines))
+    with pytest.raises(LedgerCorrupt) as e:
+        Ledger(str(tmp_path)).load()
+    assert led.journal_path in str(e.value) and "record 1 of 2" in str(e.value)
+    assert "checksum mismatch" in str(e.value) and "refusing to guess" in str(e.value)
+
+
+def test_after_a_reboot_an_unreadable_journal_is_set_aside(tmp_path, monkeypatch):
+    led = Ledger(str(tmp_path))
+    led.load()
+    led.compact({})
+    led.put(_h("a", [0]))
+    led.put(_h("b", [1]))
+    led.close()
+    data = open(led.journal_path, "rb").read()
+    open(led.journal_path, "wb").write(b"\0" * 40 + data[40:])   # a power loss's garbage
+    with pytest.raises(LedgerCorrupt):
+        Ledger(str(tmp_path)).load()                     # same boot: refused
+    monkeypatch.setattr(ledger_mod, "boot_id", lambda: "another-boot")
+    assert Ledger(str(tmp_path)).load() == {}            # rebooted: nothing can still run
+    assert not os.path.exists(led.journal_path)
+    assert any(n.startswith("ledger.journal.unreadable-") for n in os.listdir(tmp_path))
+
+
+def test_a_version_1_ledger_is_read_with_the_new_container_types(tmp_path):
+    containers = {"a": {"kind": "cgroup", "gpus": [0], "uuids": ["GPU-0"], "state": "isolated",
+                        "prepared_at": 1.0, "docker_id": None, "cgroups": {"v1": "/x/a"},
+                        "pid": 12},
+                  "b": {"kind": "docker", "gpus": [1], "uuids": [], "state": "prepared",
+                        "prepared_at": 1.0, "docker_id": None, "cgroups": {}, "pid": None}}
+    doc = {"format": "mesos-gpu-ledger", "version": 1, "sequence": 3, "written_at": 1.0,
+           "containers": containers, "checksum": ledger_mod._checksum(3, containers)}
+    (tmp_path / "ledger.json").write_text(json.dumps(doc))
+    got = Ledger(str(tmp_path)).load()
+    assert (got["a"].container_type, got["b"].container_type) == (MESOS, DOCKER)
+    assert got["a"].cgroups == {"v1": "/x/a"} and got["a"].owner is None

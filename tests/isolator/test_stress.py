@@ -1,12 +1,16 @@
 """Many executors at once: several processes prepare, isolate and clean up
 concurrently; the daemon never double-allocates and ends with a ledger that
-matches the kernel exactly (v1 devices.list and the v2 eBPF programs)."""
+matches the kernel exactly (v1 devices.list and the v2 eBPF programs). When the
+executors exit, everything they still held is stopped and given back."""
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from isolator import cgroups_v1, cgroups_v2, devices
+from isolator.ledger import Ledger
 from tests.isolator.conftest import VERSION_MOUNTS
 
 WORKER = r"""
@@ -24,7 +28,7 @@ for i in range(rounds):
         assert e.status == 409, e
         refused += 1
         continue
-    grants.append([g["minor"] for g in answer["gpus"]])
+    grants.append([g.minor for g in answer.gpus])
     child = subprocess.Popen(["sleep", "120"], stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
     client.isolate(cid, pid=child.pid)
@@ -38,7 +42,8 @@ for i in range(rounds):
         child.wait()
     else:
         kept[cid] = child.pid
-print(json.dumps({"kept": kept, "refused": refused, "grants": len(grants)}))
+print(json.dumps({"kept": kept, "refused": refused, "grants": len(grants)}), flush=True)
+sys.stdin.read()        # an executor lives as long as its tasks: until the test lets it go
 """
 
 
@@ -60,12 +65,9 @@ def test_concurrent_executors_end_with_ledger_equal_to_kernel(daemon_factory, cg
     agent = daemon_factory("v100x8", device_cgroup="both")
     sock = str(agent.work_dir / "agent.sock")
     workers = [subprocess.Popen([sys.executable, "-c", WORKER, sock, str(w), "30"],
-                                stdout=subprocess.PIPE, text=True) for w in range(4)]
-    results = []
-    for w in workers:
-        out, _ = w.communicate(timeout=60)
-        assert w.returncode == 0
-        results.append(json.loads(out))
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+               for w in range(4)]
+    results = [json.loads(w.stdout.readline()) for w in workers]
     kept = {cid for r in results for cid in r["kept"]}
     assert sum(r["grants"] + r["refused"] for r in results) == 120
     assert sum(r["grants"] for r in results) > 30      # many went through, under contention
@@ -74,10 +76,24 @@ def test_concurrent_executors_end_with_ledger_equal_to_kernel(daemon_factory, cg
     held = [m for c in info["containers"].values() for m in c["gpus"]]
     assert len(held) == len(set(held))                      # never two owners
     assert sorted(held + info["free"]) == list(range(8))
-    assert agent.stop() == 0                                # SIGTERM: ledger flushed
-    ledger = json.loads((agent.work_dir / "ledger.json").read_text())["containers"]
+    ledger = Ledger(str(agent.work_dir)).load()             # what a crash now would recover
     assert set(ledger) == kept
     kernel = _kernel_view(cgroups_root, range(8))
     assert set(kernel) == kept                              # no leftover, no missing cgroup
     for cid, entry in ledger.items():
-        assert kernel[cid] == {"v1": sorted(entry["gpus"]), "v2": sorted(entry["gpus"])}, cid
+        assert kernel[cid] == {"v1": sorted(entry.gpus), "v2": sorted(entry.gpus)}, cid
+    # the executors end: what they held is stopped and given back, nothing else
+    for w in workers:
+        w.stdin.close()
+        assert w.wait(timeout=30) == 0
+    deadline = time.monotonic() + 15
+    while agent.client.info()["containers"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert agent.client.info()["containers"] == {}
+    assert agent.client.info()["free"] == list(range(8))
+    assert _kernel_view(cgroups_root, range(8)) == {}
+    pids = [pid for r in results for pid in r["kept"].values()]
+    assert not [pid for pid in pids if os.path.exists(f"/proc/{pid}") and
+                open(f"/proc/{pid}/stat").read().split(") ")[1][0] != "Z"]
+    assert "is gone" in agent.log()
+    assert agent.stop() == 0

@@ -1,6 +1,7 @@
 """The daemon builds the read-only driver volume at start (volumes.builder, from
 the real NVIDIA 535 files of the test bed) and hands it out with prepare."""
 import os
+from isolator.api import Volume
 
 from localcluster import driver_files, fake_nvml
 
@@ -19,9 +20,9 @@ def test_prepare_hands_out_the_driver_volume(daemon_factory, tmp_path):
     name = f"nvidia_{driver_files.DRIVER_VERSION}"
     assert f"driver volume {name} at {volume_root / name} (built)" in agent.log()
     answer = agent.client.prepare("v1", 1)
-    assert answer["volume"] == {"name": name, "path": str(volume_root / name)}
+    assert answer.volume == Volume(name, str(volume_root / name))
     assert os.path.exists(volume_root / name / "lib64" / "libnvidia-ml.so.1")
-    assert agent.client.prepare("v0", 0)["volume"] is None        # no GPU, no driver
+    assert agent.client.prepare("v0", 0).volume is None        # no GPU, no driver
     agent.stop()
     again = daemon_factory(_layout(), work_dir=agent.work_dir,
                            extra=["--driver_volume", "build", "--driver_root", str(root),

@@ -104,7 +104,7 @@ def test_stop_leaves_no_process_mount_or_cgroup(mesos_cluster):
     dir and makes cgroups; a task is still running when the cluster stops."""
     cluster = mesos_cluster(resources="cpus:2;mem:1024", env={
         "MESOS_LAUNCHER": "linux", "MESOS_ISOLATION": "filesystem/linux,cgroups/devices"})
-    run_dir, cgroups_root, pid = cluster.run_dir, cluster.cgroups_root, cluster.proc.pid
+    run_dir, cgroups_root, pid = cluster.run_dir, cluster.cgroups_root, cluster.pid
     with SchedulerStream(cluster.address, gpu_resources=True) as stream:
         (offer,) = stream.offers(15, until=bool)
         assert _launch_sleep(stream, offer) == "TASK_RUNNING"
@@ -127,7 +127,7 @@ ORPHAN = """
 import os, signal
 from localcluster import mesos
 master = mesos.Master().start()
-print(master.run_dir, master.proc.pid, flush=True)
+print(master.run_dir, master.pid, flush=True)
 os.kill(os.getpid(), signal.SIGKILL)     # dies without stopping its master
 """
 
