@@ -16,7 +16,7 @@ from typing import Callable, Dict, List, Optional, Set
 
 import pynvml
 
-from isolator import cdi_spec, nvml
+from isolator import api, cdi_spec, nvml
 from isolator.service import AgentService
 from volumes import builder, cdi, in_use
 from volumes.plugin import VolumePlugin
@@ -105,7 +105,7 @@ class DriverWatch:
                  version)
         volume = builder.build(version, self.driver_root, self.volume_root)
         with self.service.lock:
-            self.service.volume = {"name": volume.name, "path": str(volume.path)}
+            self.service.volume = api.Volume(name=volume.name, path=str(volume.path))
         if self.plugin is not None:
             with self.plugin.lock:
                 self.plugin.driver_version = version

@@ -317,7 +317,7 @@ class NvidiaDockerApi:
         volume = self.service.volume
         if volume is None:
             raise _BadRequest("no driver volume on this node (--driver_volume none)")
-        version = volume["name"][len("nvidia_"):]
+        version = volume.name[len("nvidia_"):]
         for v in vols:
             if v not in ("*", plugin.VOLUME_KIND):
                 raise _BadRequest(f"invalid volume: {v}")

@@ -173,7 +173,7 @@ def test_driver_change_switches_everything_and_old_volumes_go_when_unused(
     agent = daemon_factory(lay, extra=extra, env=lay.env(nvml_dir))
     new_path, old_path = volumes / f"nvidia_{V}", volumes / f"nvidia_{OLD}"
     assert cdi.read(spec_path)["containerEdits"]["mounts"][0]["hostPath"] == str(new_path)
-    assert agent.client.prepare("before", 1)["volume"]["path"] == str(new_path)
+    assert agent.client.prepare("before", 1).volume.path == str(new_path)
 
     # A stopped Docker container that mounted the volume, and a process in its own
     # mount namespace holding it (a running container, whoever made it).
@@ -190,16 +190,19 @@ def test_driver_change_switches_everything_and_old_volumes_go_when_unused(
             wait_for("the new CDI spec", lambda: cdi.read(spec_path)["containerEdits"]["mounts"][0]
                      ["hostPath"] == str(old_path))
             assert builder.verify(old_path)
-            assert agent.client.prepare("after", 1)["volume"]["path"] == str(old_path)
+            assert agent.client.prepare("after", 1).volume.path == str(old_path)
             status, answer = plugin_call(name, "/VolumeDriver.Mount",
                                          {"Name": f"nvidia_driver_{OLD}", "ID": "x"})
             assert answer == {"Mountpoint": str(old_path), "Err": ""}
             assert "invalid volume version" in plugin_call(
                 name, "/VolumeDriver.Create", {"Name": f"nvidia_driver_{V}"})[1]["Err"]
-            time.sleep(1.5)                          # several rounds: kept while used
-            assert new_path.is_dir() and "while it is used: pid" in agent.log()
-        time.sleep(1.5)                              # the mount is gone; Docker still has it
-        assert new_path.is_dir() and f"container {stopped.name} (created)" in agent.log()
+            wait_for("kept while mounted", lambda: "while it is used: pid" in agent.log())
+            time.sleep(1)                            # more rounds: still kept
+            assert new_path.is_dir()
+        # The mount is gone; the stopped Docker container still has the volume.
+        wait_for("kept for Docker", lambda: f"container {stopped.name} (created)" in agent.log())
+        time.sleep(1)
+        assert new_path.is_dir()
     finally:
         stopped.remove(force=True)
     wait_for("the old volume collected", lambda: not new_path.exists())
