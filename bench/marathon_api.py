@@ -1,11 +1,17 @@
-"""Marathon API speed: `GET /v2/apps` with 1,000 apps and `POST /v2/apps`
-throughput, p50/p99 latency, against a floor measured in the same run: a bare
-ThreadingHTTPServer (the same HTTP library) that reads the request and answers
-a fixed body of the same size. Prints figures and ratios; asserts nothing.
+"""Marathon API speed: `GET /v2/apps` and `GET /v2/groups` with 1,000 apps in
+100 groups, and `POST /v2/apps`, as throughput and p50/p99 latency, against a
+floor measured in the same run: a bare ThreadingHTTPServer (the same HTTP
+library) that reads the request and answers a fixed body of the same size.
+Prints figures and ratios; asserts nothing.
 
-The API runs with its real state store (SQLite, synchronous=FULL) and app
-manager, without a scheduler (apps ask for 0 instances), so the figures are the
-API layer's own cost.
+Each GET is measured twice: as a dashboard polls (nothing changed between
+requests: the answer kept for the registry's generation is sent), and cold
+(the registry changed before every request, as while tasks come and go: the
+answer is built again from the per-version app texts).
+
+The API runs with its real state store (SQLite, synchronous=FULL), registry
+and reconciler, without a scheduler (apps ask for 0 instances), so the
+figures are the API layer's own cost.
 
     .venv/bin/python bench/marathon_api.py [--apps 1000] [--gets 200] [--posts 1000]
 """
@@ -22,21 +28,26 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from framework.marathon.app_manager import AppManager  # noqa: E402
 from framework.marathon.events import EventBus  # noqa: E402
+from framework.leadership import SingleInstance  # noqa: E402
+from framework.marathon.api_context import ApiContext  # noqa: E402
 from framework.marathon.http_api import MarathonApi  # noqa: E402
+from framework.marathon.metrics import Metrics  # noqa: E402
+from framework.marathon.reconciler import Reconciler  # noqa: E402
+from framework.marathon.registry import Registry  # noqa: E402
 from framework.marathon.security import Authenticator, DockerPolicy  # noqa: E402
 from framework.marathon.server import serve  # noqa: E402
 from framework.state_store import StateStore  # noqa: E402
 
 
 def app_body(i: int) -> bytes:
-    return json.dumps({"id": f"/bench/group{i % 10}/app{i}", "cmd": "sleep 1000", "cpus": 0.1,
+    return json.dumps({"id": f"/bench/group{i % 100}/app{i}", "cmd": "sleep 1000", "cpus": 0.1,
                        "mem": 64, "gpus": 1, "instances": 0, "labels": {"team": f"t{i % 7}"},
                        "container": {"type": "DOCKER", "docker": {"image": "cuda:12"}}}).encode()
 
 
-def floor_server(get_body: bytes, post_body: bytes) -> ThreadingHTTPServer:
+def floor_server(get_bodies: dict, post_body: bytes) -> ThreadingHTTPServer:
+    """Answers GET <path> with get_bodies[path] and any POST with post_body."""
     class Fixed(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         disable_nagle_algorithm = True      # as the API server does
@@ -55,7 +66,7 @@ def floor_server(get_body: bytes, post_body: bytes) -> ThreadingHTTPServer:
             self.wfile.write(body)
 
         def do_GET(self) -> None:
-            self._answer(200, get_body)
+            self._answer(200, get_bodies[self.path])
 
         def do_POST(self) -> None:
             self._answer(201, post_body)
@@ -66,11 +77,14 @@ def floor_server(get_body: bytes, post_body: bytes) -> ThreadingHTTPServer:
     return server
 
 
-def timed(port: int, method: str, paths_bodies) -> list:
-    """Latencies (ms) of sequential requests on one keep-alive connection."""
+def timed(port: int, method: str, paths_bodies, before=None) -> list:
+    """Latencies (ms) of sequential requests on one keep-alive connection;
+    `before()` runs ahead of each request, outside the time taken."""
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     latencies = []
     for path, body in paths_bodies:
+        if before is not None:
+            before()
         start = time.perf_counter()
         connection.request(method, path, body=body, headers={"Content-Type": "application/json"})
         response = connection.getresponse()
@@ -92,9 +106,9 @@ def summary(latencies: list) -> tuple:
 
 def report(name: str, ours: list, floor: list) -> None:
     o, f = summary(ours), summary(floor)
-    print(f"{name:<28} {o[0]:>9.0f} req/s  p50 {o[1]:>7.2f} ms  p99 {o[2]:>7.2f} ms")
-    print(f"{'  floor (fixed body)':<28} {f[0]:>9.0f} req/s  p50 {f[1]:>7.2f} ms  p99 {f[2]:>7.2f} ms")
-    print(f"{'  ratio ours/floor':<28} {o[0] / f[0]:>9.2f} x tput   p50 {o[1] / f[1]:>6.1f} x   "
+    print(f"{name:<40} {o[0]:>9.0f} req/s  p50 {o[1]:>7.2f} ms  p99 {o[2]:>7.2f} ms")
+    print(f"{'  floor (fixed body)':<40} {f[0]:>9.0f} req/s  p50 {f[1]:>7.2f} ms  p99 {f[2]:>7.2f} ms")
+    print(f"{'  ratio ours/floor':<40} {o[0] / f[0]:>9.2f} x tput   p50 {o[1] / f[1]:>6.1f} x   "
           f"p99 {o[2] / f[2]:>6.1f} x")
 
 
@@ -108,9 +122,12 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as state_dir:
         store = StateStore(Path(state_dir))
         events = EventBus()
-        manager = AppManager(store, None, events)
-        manager.start()          # finishes the (instance-less) deployments as they come
-        api_server = serve(MarathonApi(manager, DockerPolicy(), lambda: {}), events, Authenticator())
+        registry = Registry(store, events)
+        reconciler = Reconciler(registry, None)
+        reconciler.start()       # finishes the (instance-less) deployments as they come
+        context = ApiContext.build(registry, DockerPolicy(), lambda: {},
+                                   SingleInstance(lambda: "127.0.0.1:0"), Metrics())
+        api_server = serve(MarathonApi(context), events, Authenticator())
         port = api_server.server_address[1]
 
         posts = [("/v2/apps", app_body(i)) for i in range(args.posts)]
@@ -118,28 +135,42 @@ def main() -> int:
         extra = [("/v2/apps", app_body(i)) for i in range(args.posts, args.apps)]
         if extra:
             timed(port, "POST", extra)
-        with manager.lock:
-            count = len(manager.apps)
-        get_body = http.client.HTTPConnection("127.0.0.1", port)
-        get_body.request("GET", "/v2/apps")
-        list_bytes = get_body.getresponse().read()
-        get_latencies = timed(port, "GET", [("/v2/apps", None)] * args.gets)
+        with registry.lock:
+            count = len(registry.apps)
+            groups = len(registry.groups)
+
+        def changed() -> None:
+            with registry.lock:
+                registry.touched()
+
+        bodies = {}
+        for path in ("/v2/apps", "/v2/groups"):
+            fetch = http.client.HTTPConnection("127.0.0.1", port)
+            fetch.request("GET", path)
+            bodies[path] = fetch.getresponse().read()
+        gets = {path: (timed(port, "GET", [(path, None)] * args.gets),
+                       timed(port, "GET", [(path, None)] * args.gets, before=changed))
+                for path in bodies}
 
         sample_post = http.client.HTTPConnection("127.0.0.1", port)
         sample_post.request("POST", "/v2/apps", body=app_body(10**6))
         post_bytes = sample_post.getresponse().read()
-        floor = floor_server(list_bytes, post_bytes)
+        floor = floor_server(bodies, post_bytes)
         floor_port = floor.server_address[1]
         floor_posts = timed(floor_port, "POST", posts)
-        floor_gets = timed(floor_port, "GET", [("/v2/apps", None)] * args.gets)
+        floor_gets = {path: timed(floor_port, "GET", [(path, None)] * args.gets) for path in bodies}
 
-        print(f"Marathon API bench: {count} apps stored, GET body {len(list_bytes) / 1e6:.2f} MB, "
-              f"one client, keep-alive, loopback")
-        report(f"GET /v2/apps ({count} apps)", get_latencies, floor_gets)
+        print(f"Marathon API bench: {count} apps in {groups} groups, GET /v2/apps body "
+              f"{len(bodies['/v2/apps']) / 1e6:.2f} MB, /v2/groups {len(bodies['/v2/groups']) / 1e6:.2f}"
+              f" MB; one client, keep-alive, loopback")
+        for path in bodies:
+            polled, cold = gets[path]
+            report(f"GET {path} ({count} apps), polled", polled, floor_gets[path])
+            report(f"GET {path} ({count} apps), changed each", cold, floor_gets[path])
         report(f"POST /v2/apps ({args.posts})", post_latencies, floor_posts)
         floor.shutdown()
         api_server.stop()
-        manager.stop()
+        reconciler.stop()
         store.close()
     return 0
 

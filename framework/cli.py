@@ -1,5 +1,6 @@
-"""Subcommands of the framework side: `framework` (the Marathon-style API) and
-`executor`."""
+"""Subcommands of the framework side: `framework` (the Marathon-style API),
+`executor` and `image` (image variants)."""
+from framework import image_cli
 from framework.marathon import service as marathon_service
 
 
@@ -20,6 +21,7 @@ def register(sub) -> None:
                    help="the agent daemon's socket (default: $MESOS_GPU_AGENT_SOCKET, "
                         "else /var/lib/mesos-gpu/agent.sock)")
     p.set_defaults(func=_run_executor)
+    image_cli.register(sub)
 
 
 def _run_executor(args) -> int:

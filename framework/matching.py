@@ -22,14 +22,22 @@ depends on where the app already runs) form one group, placed together:
   per (offer list, task shape) skips offers already too full for that shape;
 - UNIQUE / MAX_PER / CLUSTER rule an offer out for the rest of the group;
   GROUP_BY picks the least used value from a heap.
+
+Image variants: given a `variants` selector (framework.variant_selection),
+a task whose image it knows goes only to offers whose agent can run one of
+the image's variants; tasks of one image group together, and which variant
+each agent runs is worked out once per kind of agent (its platform_features).
 """
 import heapq
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence
 
 from framework.constraints import Constraint, PlacedValues, meets, offer_fields
 from framework.task_spec import TaskSpec, TaskSpecError
+
+if TYPE_CHECKING:
+    from framework.variant_selection import Selector
 
 RESTRICTED = "restricted"
 UNRESTRICTED = "unrestricted"
@@ -114,6 +122,7 @@ class _Group:
     behavior: str
     app_id: str
     tasks: list[TaskSpec]
+    image: Optional[str] = None   # an image with variants: only agents that run one
 
 
 @dataclass
@@ -133,19 +142,23 @@ class Matcher:
         self.gpu_scheduling = gpu_scheduling
 
     def match(self, pending: Sequence[TaskSpec], offers: Sequence[Mapping[str, Any]],
-              placed: Optional[Mapping[str, Iterable[Mapping[str, str]]]] = None) -> MatchResult:
+              placed: Optional[Mapping[str, Iterable[Mapping[str, str]]]] = None,
+              variants: Optional["Selector"] = None) -> MatchResult:
         """`placed`: app id -> the `offer_fields` of the agents its running
-        instances sit on (for UNIQUE, CLUSTER, GROUP_BY, MAX_PER)."""
+        instances sit on (for UNIQUE, CLUSTER, GROUP_BY, MAX_PER); `variants`:
+        the images whose variants decide where their tasks may run."""
         return _Round(self, [OfferSlot.from_offer(o, i) for i, o in enumerate(offers)],
-                      placed or {}).run(pending)
+                      placed or {}, variants).run(pending)
 
 
 class _Round:
     """The state of one matching pass."""
 
     def __init__(self, matcher: Matcher, slots: list[OfferSlot],
-                 placed: Mapping[str, Iterable[Mapping[str, str]]]) -> None:
+                 placed: Mapping[str, Iterable[Mapping[str, str]]],
+                 variants: Optional["Selector"] = None) -> None:
         self.matcher = matcher
+        self.variants = variants
         # fewest GPUs first: small GPU tasks and (unrestricted) CPU tasks go there first
         self.slots = sorted(slots, key=lambda s: (s.gpus, s.order))
         self.placed_fields = placed
@@ -174,21 +187,25 @@ class _Round:
                            round(spec.disk * _MILLI), spec.gpus)
             behavior = gpu_behavior(spec, self.matcher.gpu_scheduling) if not spec.gpus else ""
             app = spec.app_id if dynamic else ""
-            key = (shape, static, dynamic, behavior, app)
+            image = spec.image if self.variants is not None \
+                and self.variants.handles(spec.image) else None
+            key = (shape, static, dynamic, behavior, app, image)
             group = groups.get(key)
             if group is None:
-                groups[key] = group = _Group(shape, static, dynamic, behavior, app, [])
+                groups[key] = group = _Group(shape, static, dynamic, behavior, app, [], image)
             group.tasks.append(spec)
         return list(groups.values())  # dicts keep insertion order: queue order
 
     # -- which offers a group may use at all -----------------------------------------
 
     def _eligible(self, group: _Group) -> list[OfferSlot]:
-        key = (group.static, group.shape.gpus > 0)
+        key = (group.static, group.shape.gpus > 0, group.image)
         found = self.eligible_cache.get(key)
         if found is None:
             found = [s for s in self.slots
                      if (s.gpus > 0 or not group.shape.gpus) and self._static_ok(group.static, s)]
+            if group.image is not None:
+                found = [s for s in found if self.variants.servable(group.image, s.fields)]
             self.eligible_cache[key] = found
         return found
 
@@ -244,7 +261,7 @@ class _Round:
     def _pack(self, group: _Group, offers: list[OfferSlot]) -> None:
         """No constraint depends on earlier placements: fill offers in order.
         Offers too full for this shape stay behind the shared cursor."""
-        key = (group.static, group.shape, group.behavior)
+        key = (group.static, group.shape, group.behavior, group.image)
         start = self.cursors.get(key, 0)
         restricted_skipped = False
         index = start

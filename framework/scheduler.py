@@ -22,11 +22,18 @@ What it does with the master:
 - retries a failed launch attempt with exponential back-off (a new Mesos task
   id per attempt: `<id>`, `<id>.retry1`, ...), unless the executor said a retry
   cannot help (bad image, CUDA mismatch, no Docker engine) or the task is invalid;
-- kills (and re-sends the kill until a terminal update arrives).
+- kills (and re-sends the kill until a terminal update arrives);
+- resolves the images of the registries it is given (`registries`) before a
+  task is matched (framework.image_resolver): an index gets the variant the
+  agent's platform_features select, pinned by digest in the TaskInfo and
+  kept on the record (`variant`); a task waits while its image cannot be
+  resolved (the message says why) and fails when the registry's answer is final.
 
-Everything is keyed by TaskSpec.id. State changes are written to the store
-before anything is sent to Mesos (write-ahead), so a crash at any point is
-healed by reconciliation on restart.
+Everything is keyed by TaskSpec.id; each task is one TaskRecord
+(framework.task_record), stored under its id. State changes are written to the
+store before anything is sent to Mesos (write-ahead), so a crash at any point
+is healed by reconciliation on restart. The connection itself (the pymesos
+driver, its restarts with back-off) is framework.driver_supervisor's.
 """
 import logging
 import os
@@ -35,43 +42,28 @@ import socket
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping, Optional, Protocol
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional
 
 from framework import taskinfo
 from framework.constraints import offer_fields
+from framework.driver_supervisor import DriverSupervisor
+from framework.image_resolver import FAILED, READY, ImageResolver
 from framework.matching import RESTRICTED, Matcher, gpu_behavior
 from framework.mesos_driver import MISSED_HEARTBEATS, SchedulerDriver
+from framework.state_store import SchedulerStore, StoreError
+from framework.task_record import (PENDING, RECORD_KIND, RETRYABLE_STATES, RUNNING,
+                                   TERMINAL_STATES, TaskRecord, attempt_task_id)
 from framework.task_spec import TaskSpec
 from common.errors import UserError
 
 log = logging.getLogger(__name__)
 
-PENDING = "PENDING"  # ours: waiting for an offer (or for its back-off to end)
-TERMINAL_STATES = frozenset({"TASK_FINISHED", "TASK_FAILED", "TASK_KILLED", "TASK_ERROR",
-                             "TASK_LOST", "TASK_DROPPED", "TASK_GONE",
-                             "TASK_GONE_BY_OPERATOR"})
-RETRYABLE_STATES = frozenset({"TASK_FAILED", "TASK_LOST", "TASK_DROPPED", "TASK_GONE"})
-RECORD_KIND = "scheduler.task"
+WAITING_FOR_OFFER = "waiting for a matching offer"
+_NO_VARIANT = "waiting: no offered agent"     # framework.variant_selection.unservable_reason
 MAINTENANCE_INTERVAL = 1.0
 RECONCILE_RETRY_SECONDS = 1.0   # first re-ask for unanswered tasks; doubles each time
 RECONCILE_RETRY_MAX_SECONDS = 60.0
-# A driver that keeps failing (master unreachable, its name does not resolve) is
-# restarted after 1 s, then 2, 4 ... up to 60 s; a subscription resets the delay.
-DRIVER_RESTART_SECONDS = 1.0
-DRIVER_RESTART_MAX_SECONDS = 60.0
-
-
-class SchedulerStore(Protocol):
-    """What the scheduler keeps across restarts (framework.state_store.StateStore
-    is the SQLite one)."""
-
-    def framework_id(self) -> Optional[str]: ...
-    def set_framework_id(self, value: Optional[str]) -> None: ...
-    def put(self, kind: str, key: str, value: dict) -> None: ...
-    def delete(self, kind: str, key: str) -> None: ...
-    def items(self, kind: str) -> dict[str, dict]: ...
-    def transaction(self) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -104,57 +96,32 @@ class SchedulerConfig:
     missed_heartbeats: float = MISSED_HEARTBEATS
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     executor: taskinfo.ExecutorSettings = field(default_factory=taskinfo.ExecutorSettings)
+    # registries (host[:port]) whose images are resolved: variants, digests
+    registries: tuple[str, ...] = ()
+    registry_config: Optional[str] = None    # a Docker config.json with their credentials
 
 
-@dataclass
-class TaskRecord:
-    """What the scheduler knows of one task (copies are handed out)."""
-    spec: TaskSpec
-    state: str = PENDING
-    mesos_task_id: str = ""
-    agent_id: Optional[str] = None
-    hostname: Optional[str] = None
-    agent_fields: dict[str, str] = field(default_factory=dict)
-    gpus: list[str] = field(default_factory=list)
-    message: str = ""
-    reason: str = ""
-    attempts: int = 0
-    not_before: float = 0.0
-    kill_requested: bool = False
-    kill_sent_at: float = 0.0
-    updated: float = field(default_factory=time.time)
-
-    @property
-    def id(self) -> str:
-        return self.spec.id
-
-    @property
-    def terminal(self) -> bool:
-        return self.state in TERMINAL_STATES
-
-    @property
-    def launched(self) -> bool:
-        return self.state != PENDING and not self.terminal
-
-    def to_json(self) -> dict[str, Any]:
-        data = {name: getattr(self, name) for name in self.__dataclass_fields__}
-        data["spec"] = self.spec.to_json()
-        return data
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "TaskRecord":
-        values = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
-        values["spec"] = TaskSpec.from_json(data["spec"])
-        return cls(**values)
-
-
-def attempt_task_id(spec_id: str, attempt: int) -> str:
-    return spec_id if attempt <= 1 else f"{spec_id}.retry{attempt - 1}"
+def _resolver(config: SchedulerConfig, on_change: Callable[[], None]) -> Optional[ImageResolver]:
+    """The image resolver for the registries the framework is given (None: none)."""
+    if not config.registries:
+        return None
+    from framework.registry_client import RegistryClient, load_credentials
+    credentials = load_credentials(config.registry_config, required=bool(config.registry_config))
+    return ImageResolver(RegistryClient(credentials), frozenset(config.registries), on_change)
 
 
 def _labels(status: Mapping[str, Any]) -> dict[str, str]:
     return {label["key"]: label.get("value", "")
             for label in (status.get("labels") or {}).get("labels", [])}
+
+
+def _offer_role(offer: Mapping[str, Any], default: str) -> str:
+    """The role the offer's resources are allocated to (Mesos 1.x multi-role)."""
+    for resource in offer.get("resources", ()):
+        role = (resource.get("allocation_info") or {}).get("role") or resource.get("role")
+        if role:
+            return role
+    return default
 
 
 class GpuScheduler:
@@ -168,7 +135,8 @@ class GpuScheduler:
         self._records: dict[str, TaskRecord] = {}
         self._by_mesos_id: dict[str, str] = {}
         self._callbacks: list[Callable[[TaskRecord], None]] = []
-        self._driver: Optional[SchedulerDriver] = None
+        self.supervisor = DriverSupervisor(self, self._framework_info, config.master,
+                                           config.missed_heartbeats)
         self._suppressed = False
         self._subscribed = threading.Event()
         self._stop = threading.Event()
@@ -177,17 +145,17 @@ class GpuScheduler:
         self._unanswered: set[str] = set()   # Mesos task ids reconciled, no answer yet
         self._reconcile_retry_delay = RECONCILE_RETRY_SECONDS
         self._reconcile_retry_at = 0.0
-        self._restart_driver = False
-        self._driver_restart_delay = DRIVER_RESTART_SECONDS
-        self._driver_restart_at = 0.0
         self._offers_seen: Counter = Counter()
+        self.variants = _resolver(config, self._variants_changed)
         self._recover()
 
     # -- public API -------------------------------------------------------------------
 
     def start(self) -> "GpuScheduler":
         self._stop.clear()
-        self._start_driver()
+        if self.variants is not None:
+            self.variants.start()
+        self.supervisor.start()
         self._maintenance = threading.Thread(target=self._maintain, name="scheduler-maintenance",
                                              daemon=True)
         self._maintenance.start()
@@ -197,14 +165,12 @@ class GpuScheduler:
         """Disconnect. The framework stays registered (its tasks keep running,
         and a restart picks them up) unless `teardown`: then Mesos kills them all."""
         self._stop.set()
-        driver = self._driver
-        if driver is not None:
-            driver.stop(failover=not teardown)
-            driver.join()
-            self._driver = None
+        self.supervisor.stop(teardown)
         if self._maintenance is not None:
             self._maintenance.join()
             self._maintenance = None
+        if self.variants is not None:
+            self.variants.stop()
         if teardown:
             self.store.set_framework_id(None)
         self._subscribed.clear()
@@ -217,8 +183,9 @@ class GpuScheduler:
     def framework_id(self) -> Optional[str]:
         return self.store.framework_id()
 
-    def submit(self, spec: TaskSpec) -> TaskRecord:
-        """Queue a task; it launches when a matching offer comes."""
+    def submit(self, spec: TaskSpec, app_version: str = "", config_version: str = "") -> TaskRecord:
+        """Queue a task; it launches when a matching offer comes. The versions
+        say which version of its app it runs (kept in its record for the API)."""
         if not isinstance(spec, TaskSpec):
             raise UserError(f"submit: expected a TaskSpec, got {type(spec).__name__}")
         gpu_behavior(spec, self.config.gpu_scheduling)  # refuse a bad label now
@@ -228,10 +195,12 @@ class GpuScheduler:
         with self._lock:
             if spec.id in self._records:
                 raise UserError(f"task {spec.id}: a task with this id already exists")
-            record = TaskRecord(spec=spec, message="waiting for a matching offer")
+            record = TaskRecord(spec=spec, message=WAITING_FOR_OFFER,
+                                app_version=app_version, config_version=config_version)
+            self._save(record)          # a store that refuses it: no task, nothing to undo
             self._records[spec.id] = record
-            self._save(record)
-            copy = self._copy(record)
+            self._request_variant(record)
+            copy = record.copy()
         log.info("task %s queued (%s, %g cpus, %g MB, %d GPUs)", spec.id, spec.container,
                  spec.cpus, spec.mem, spec.gpus)
         self._revive()
@@ -246,14 +215,14 @@ class GpuScheduler:
             if record is None:
                 raise UserError(f"kill: no task {task_id!r}")
             if record.terminal:
-                return self._copy(record)
+                return record.copy()
             record.kill_requested = True
             if record.state == PENDING:
                 self._set_state(record, "TASK_KILLED", "killed before it was launched")
             else:
                 record.kill_sent_at = time.time()
                 self._save(record)
-            copy = self._copy(record)
+            copy = record.copy()
         if copy.state == "TASK_KILLED":
             self._notify(copy)
         else:
@@ -272,16 +241,18 @@ class GpuScheduler:
             del self._records[task_id]
             self._by_mesos_id.pop(record.mesos_task_id, None)
             self.store.delete(RECORD_KIND, task_id)
+            if self.variants is not None:
+                self.variants.forget(task_id)
 
     def tasks(self) -> list[TaskRecord]:
         """Every known task (copies), in submission order."""
         with self._lock:
-            return [self._copy(r) for r in self._records.values()]
+            return [r.copy() for r in self._records.values()]
 
     def task(self, task_id: str) -> Optional[TaskRecord]:
         with self._lock:
             record = self._records.get(task_id)
-            return self._copy(record) if record else None
+            return record.copy() if record else None
 
     def offers_seen(self) -> dict[str, int]:
         """How many offers came from each agent hostname since start."""
@@ -320,13 +291,18 @@ class GpuScheduler:
             now = time.time()
             waiting = [r.spec for r in self._records.values()
                        if r.state == PENDING and r.not_before <= now and not r.kill_requested]
+            waiting, changed = self._resolved(waiting)
             if not waiting:
                 self._decline(offers)
                 self._suppress_if_idle()
+                self._notify_all(changed)
                 return
-            result = self.matcher.match(waiting, offers, self._placed_by_app())
+            selector = self.variants.selector() if self.variants is not None else None
+            result = self.matcher.match(waiting, offers, self._placed_by_app(), selector)
             by_id = {o["id"]["value"]: o for o in offers}
-            launches = self._record_launches(result.placements, by_id)
+            launches = self._record_launches(result.placements, by_id, selector)
+            changed += self._explain_unplaced(result.unplaced, offers, selector)
+        self._notify_all(changed)
         for offer_id, tasks in launches.items():
             log.info("launching %s on %s", ", ".join(t["task_id"]["value"] for t in tasks),
                      by_id[offer_id].get("hostname"))
@@ -345,7 +321,7 @@ class GpuScheduler:
             current = record is not None and record.mesos_task_id == mesos_id
             if current:
                 self._apply_status(record, status)
-                copy = self._copy(record)
+                copy = record.copy()
         if not current and status["state"] not in TERMINAL_STATES:
             log.warning("killing task %s: not one of ours (or an old attempt)", mesos_id)
             self._call("killTask", {"value": mesos_id})
@@ -388,11 +364,28 @@ class GpuScheduler:
         return placed
 
     def _record_launches(self, placements: Mapping[str, list[TaskSpec]],
-                         offers: Mapping[str, dict]) -> dict[str, list[dict]]:
+                         offers: Mapping[str, dict], selector: Any = None) -> dict[str, list[dict]]:
         """Mark placed tasks TASK_STAGING in the store (before the ACCEPT goes
         out) and build their TaskInfos."""
         framework_id = self.store.framework_id() or ""
         launches: dict[str, list[dict]] = {}
+        before = {spec.id: self._records[spec.id].copy()
+                  for specs in placements.values() for spec in specs}
+        try:
+            self._stage(placements, offers, framework_id, launches, selector)
+        except StoreError as e:
+            # Nothing was written: the tasks wait for the next offer, as they were.
+            log.error("not launching %d task(s): %s", len(before), e)
+            for task_id, record in before.items():
+                self._by_mesos_id.pop(self._records[task_id].mesos_task_id, None)
+                self._records[task_id] = record
+                if record.mesos_task_id:
+                    self._by_mesos_id[record.mesos_task_id] = task_id
+            return {}
+        return launches
+
+    def _stage(self, placements: Mapping[str, list[TaskSpec]], offers: Mapping[str, dict],
+               framework_id: str, launches: dict[str, list[dict]], selector: Any) -> None:
         with self.store.transaction():
             for offer_id, specs in placements.items():
                 offer = offers[offer_id]
@@ -406,10 +399,15 @@ class GpuScheduler:
                     self._by_mesos_id[record.mesos_task_id] = spec.id
                     record.agent_id, record.hostname = agent_id, offer.get("hostname")
                     record.agent_fields, record.gpus = fields, []
-                    self._set_state(record, "TASK_STAGING", f"launching on {record.hostname}")
+                    record.role = _offer_role(offer, self.config.role)
+                    launch = spec
+                    if selector is not None and selector.handles(spec.image):
+                        launch = selector.pin(spec, fields)
+                    record.variant = dict(launch.variant or {})
+                    self._set_state(record, "TASK_STAGING", f"launching on {record.hostname}" + (
+                        f" as {launch.image}" if launch.variant else ""))
                     launches.setdefault(offer_id, []).append(taskinfo.build(
-                        spec, agent_id, framework_id, self.config.executor, record.mesos_task_id))
-        return launches
+                        launch, agent_id, framework_id, self.config.executor, record.mesos_task_id))
 
     def _decline(self, offers: list[dict]) -> None:
         if offers:
@@ -441,11 +439,14 @@ class GpuScheduler:
             record.gpus = [u for u in labels[taskinfo.GPUS_LABEL].split(",") if u]
         if status.get("agent_id"):
             record.agent_id = status["agent_id"]["value"]
+        if state == RUNNING and record.started_at is None:
+            record.started_at = time.time()
         record.reason = status.get("reason", "")
         message = status.get("message", "") or state
         if state in RETRYABLE_STATES and self._should_retry(record, status, labels):
             delay = self.config.retry.delay(record.attempts)
             record.not_before = time.time() + delay
+            self._request_variant(record)       # the retry reads the image's index again
             self._set_state(record, PENDING, f"attempt {record.attempts} ended {state}: "
                             f"{message}; retrying in {delay:g}s")
             log.warning("task %s: %s", record.id, record.message)
@@ -482,19 +483,9 @@ class GpuScheduler:
             info["id"] = {"value": framework_id}
         return info
 
-    def _start_driver(self) -> None:
-        info = self._framework_info()
-        log.info("connecting to Mesos master %s as %s (framework id %s, GPU_RESOURCES %s)",
-                 self.config.master, info["name"], info.get("id", {}).get("value", "new"),
-                 "on" if self.config.gpu_resources else "off")
-        self._driver = SchedulerDriver(self, info, self.config.master,
-                                       missed_heartbeats=self.config.missed_heartbeats,
-                                       implicit_acknowledgements=False, failover=True)
-        self._driver.start()
-
     def _after_subscription(self, driver: SchedulerDriver) -> None:
         self._subscribed.set()
-        self._driver_restart_delay = DRIVER_RESTART_SECONDS
+        self.supervisor.subscribed()
         self._reconcile()
         with self._lock:
             idle = not self._has_waiting_work()
@@ -546,13 +537,14 @@ class GpuScheduler:
             for record in self._records.values():
                 if record.launched:
                     record.not_before = 0.0
+                    self._request_variant(record)
                     self._set_state(record, PENDING, "framework was removed by the master; "
                                     "relaunching")
-        self._restart_driver = True
+        self.supervisor.restart()
 
     def _maintain(self) -> None:
         """Once a second: revive for tasks whose back-off ended, re-send kills,
-        reconcile periodically, restart an aborted driver."""
+        reconcile periodically."""
         while not self._stop.wait(MAINTENANCE_INTERVAL):
             try:
                 self._maintain_once()
@@ -561,22 +553,6 @@ class GpuScheduler:
 
     def _maintain_once(self) -> None:
         now = time.time()
-        driver = self._driver
-        if driver is not None and not self._stop.is_set() \
-                and (driver.stopped.is_set() or self._restart_driver):
-            if not self._restart_driver and now < self._driver_restart_at:
-                return                          # a failing driver waits out its back-off
-            self._restart_driver = False
-            log.warning("restarting the scheduler driver (if it fails again: next try in %.0f s)",
-                        self._driver_restart_delay)
-            if not driver.stopped.is_set():
-                driver.stop(failover=True)
-                driver.join()
-            self._start_driver()
-            self._driver_restart_at = now + self._driver_restart_delay
-            self._driver_restart_delay = min(DRIVER_RESTART_MAX_SECONDS,
-                                             2 * self._driver_restart_delay)
-            return
         with self._lock:
             backoff_over = any(r.state == PENDING and 0 < r.not_before <= now
                                and not r.kill_requested for r in self._records.values())
@@ -618,9 +594,78 @@ class GpuScheduler:
     def _save(self, record: TaskRecord) -> None:
         self.store.put(RECORD_KIND, record.id, record.to_json())
 
-    @staticmethod
-    def _copy(record: TaskRecord) -> TaskRecord:
-        return replace(record, agent_fields=dict(record.agent_fields), gpus=list(record.gpus))
+    # -- image variants (framework.image_resolver, framework.variant_selection) -------------------
+
+    def _request_variant(self, record: TaskRecord) -> None:
+        if self.variants is not None and self.variants.handles(record.spec.image):
+            self.variants.request(record.id, record.spec.image)
+
+    def _resolved(self, specs: list[TaskSpec]) -> tuple[list[TaskSpec], list[TaskRecord]]:
+        """The specs whose image is resolved (or needs no resolving); the others
+        wait (message: why) or fail (TASK_ERROR: the registry's final answer).
+        Returns them and the copies of the records that changed. Under the lock."""
+        if self.variants is None:
+            return specs, []
+        ready, changed = [], []
+        for spec in specs:
+            if not self.variants.handles(spec.image):
+                ready.append(spec)
+                continue
+            record = self._records[spec.id]
+            status = self.variants.status(spec.id)
+            if status.state == READY:
+                ready.append(spec)
+                if record.message.startswith(self.variants.WAITING_PREFIXES):
+                    self._set_state(record, PENDING, WAITING_FOR_OFFER)   # resolved now
+                    changed.append(record.copy())
+            elif status.state == FAILED:
+                self._set_state(record, "TASK_ERROR", f"image {spec.image}: {status.reason}")
+                log.warning("task %s: %s", spec.id, record.message)
+                changed.append(record.copy())
+            elif record.message != status.reason:
+                self._set_state(record, PENDING, status.reason)
+                changed.append(record.copy())
+        return ready, changed
+
+    def _explain_unplaced(self, unplaced: list[TaskSpec], offers: list[dict],
+                          selector: Any) -> list[TaskRecord]:
+        """A task of an image no offered agent can run any variant of says so."""
+        if selector is None:
+            return []
+        reasons: dict[str, Optional[str]] = {}
+        changed = []
+        for spec in unplaced:
+            if not selector.handles(spec.image):
+                continue
+            if spec.image not in reasons:
+                reasons[spec.image] = selector.reason(spec.image, [offer_fields(o) for o in offers])
+            reason = reasons[spec.image]
+            record = self._records[spec.id]
+            if reason:
+                message = f"waiting: {reason}"
+            elif record.message.startswith(_NO_VARIANT):
+                message = WAITING_FOR_OFFER         # an agent runs one now: no longer the reason
+            else:
+                continue
+            if record.message != message:
+                self._set_state(record, PENDING, message)
+                changed.append(record.copy())
+        return changed
+
+    def _variants_changed(self) -> None:
+        """The resolver finished a look (its worker thread): fail, explain or revive."""
+        with self._lock:
+            pending = [r.spec for r in self._records.values()
+                       if r.state == PENDING and not r.kill_requested]
+            ready, changed = self._resolved(pending)
+            wake = any(self.variants.handles(s.image) for s in ready)
+        self._notify_all(changed)
+        if wake:
+            self._revive()
+
+    def _notify_all(self, copies: list[TaskRecord]) -> None:
+        for copy in copies:
+            self._notify(copy)
 
     def _notify(self, record: TaskRecord) -> None:
         for callback in list(self._callbacks):
@@ -630,13 +675,4 @@ class GpuScheduler:
                 log.exception("task update callback failed for %s", record.id)
 
     def _call(self, method: str, *args: Any) -> None:
-        """A driver call; a failure is logged (reconciliation and the
-        maintenance loop heal what it leaves undone)."""
-        driver = self._driver
-        if driver is None:
-            return
-        try:
-            getattr(driver, method)(*args)
-        except Exception as e:
-            log.warning("%s failed: %s", method, e)
-
+        self.supervisor.call(method, *args)

@@ -6,22 +6,26 @@ apps and deployments of the Marathon-style API, and the last known state of each
 task (so a restarted scheduler can reconcile them with the master).
 
 Records are JSON objects filed under a kind ("app", "deployment", "task", ...)
-and a key. Every write is a SQLite transaction in WAL mode with
+and a key; opening a state written by an older version upgrades its layout
+(framework.state_migration). Every write is a SQLite transaction in WAL mode with
 `synchronous=FULL`: a crash leaves either the old or the new state, never half
 of a change. Group several writes into one atomic change with `transaction()`.
 
 Used from several threads (HTTP handlers, the pymesos callback thread): one
 connection guarded by a re-entrant lock.
 """
+import errno
 import json
 import logging
+import os
 import sqlite3
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Dict, Iterator, Optional
+from typing import Any, Dict, Iterator, Optional, Protocol
 
 from common.errors import UserError
+from framework import state_migration
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +45,26 @@ CREATE TABLE IF NOT EXISTS meta (
 """
 
 
+class StoreError(Exception):
+    """The store cannot do what was asked (disk full, read-only, gone); the
+    message names the store and the cause. Nothing of the change was written."""
+
+
+class SchedulerStore(Protocol):
+    """What the framework keeps across restarts, as its users see it (the
+    scheduler, the Marathon API). StateStore is the SQLite one; another (on
+    ZooKeeper, for several framework instances) stands in without touching them."""
+
+    def framework_id(self) -> Optional[str]: ...
+    def set_framework_id(self, value: Optional[str]) -> None: ...
+    def put(self, kind: str, key: str, value: dict) -> None: ...
+    def delete(self, kind: str, key: str) -> None: ...
+    def items(self, kind: str) -> Dict[str, dict]: ...
+    def transaction(self) -> Any: ...
+
+
 class StateStore:
-    """Transactional key/value records of JSON objects, by kind."""
+    """Transactional key/value records of JSON objects, by kind (SQLite)."""
 
     def __init__(self, state_dir: Path) -> None:
         state_dir = Path(state_dir)
@@ -61,7 +83,16 @@ class StateStore:
             self._db.executescript(_SCHEMA)
         except sqlite3.DatabaseError as e:
             raise UserError(f"--state_dir {state_dir}: cannot open {self.path}: {e}") from e
-        log.info("state store %s", self.path)
+        try:
+            found = state_migration.upgrade(self, str(self.path))
+        except StoreError as e:
+            self._db.close()
+            raise UserError(f"--state_dir {state_dir}: {e}") from e
+        except BaseException:
+            self._db.close()
+            raise
+        log.info("state store %s (layout %d%s)", self.path, state_migration.CURRENT_LAYOUT,
+                 f", upgraded from {found}" if found != state_migration.CURRENT_LAYOUT else "")
 
     def close(self) -> None:
         with self._lock:
@@ -69,62 +100,79 @@ class StateStore:
 
     @contextmanager
     def transaction(self) -> Iterator["StateStore"]:
-        """All writes inside commit together or not at all (nesting joins the outer one)."""
+        """All writes inside commit together or not at all (nesting joins the
+        outer one). A write the store refuses raises StoreError."""
         with self._lock:
             if self._depth == 0:
-                self._db.execute("BEGIN IMMEDIATE")
+                self._run("BEGIN IMMEDIATE")
             self._depth += 1
             try:
                 yield self
             except BaseException:
                 self._depth -= 1
                 if self._depth == 0:
-                    self._db.execute("ROLLBACK")
+                    self._rollback()
                 raise
             self._depth -= 1
             if self._depth == 0:
-                self._db.execute("COMMIT")
+                try:
+                    self._run("COMMIT")
+                except StoreError:
+                    self._rollback()
+                    raise
+
+    def _run(self, sql: str, args: tuple = ()) -> sqlite3.Cursor:
+        try:
+            return self._db.execute(sql, args)
+        except sqlite3.Error as e:
+            raise StoreError(f"state store {self.path}: {_cause(e, self.path)}") from e
+
+    def _rollback(self) -> None:
+        try:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+        except sqlite3.Error as e:
+            log.warning("state store %s: rollback failed: %s", self.path, e)
 
     # -- records -----------------------------------------------------------
     def put(self, kind: str, key: str, value: dict) -> None:
         text = json.dumps(value, separators=(",", ":"), sort_keys=True)
         with self.transaction():
-            self._db.execute("INSERT OR REPLACE INTO records (kind, key, value) VALUES (?, ?, ?)",
-                             (kind, key, text))
+            self._run("INSERT OR REPLACE INTO records (kind, key, value) VALUES (?, ?, ?)",
+                      (kind, key, text))
 
     def get(self, kind: str, key: str) -> Optional[dict]:
         with self._lock:
-            row = self._db.execute("SELECT value FROM records WHERE kind = ? AND key = ?",
-                                   (kind, key)).fetchone()
+            row = self._run("SELECT value FROM records WHERE kind = ? AND key = ?",
+                            (kind, key)).fetchone()
         return json.loads(row[0]) if row else None
 
     def delete(self, kind: str, key: str) -> None:
         with self.transaction():
-            self._db.execute("DELETE FROM records WHERE kind = ? AND key = ?", (kind, key))
+            self._run("DELETE FROM records WHERE kind = ? AND key = ?", (kind, key))
 
     def items(self, kind: str) -> Dict[str, dict]:
         """All records of one kind, by key, in key order."""
         with self._lock:
-            rows = self._db.execute("SELECT key, value FROM records WHERE kind = ? ORDER BY key",
-                                    (kind,)).fetchall()
+            rows = self._run("SELECT key, value FROM records WHERE kind = ? ORDER BY key",
+                             (kind,)).fetchall()
         return {key: json.loads(value) for key, value in rows}
 
     # -- framework id ------------------------------------------------------
     def framework_id(self) -> Optional[str]:
         """The Mesos framework id this framework registered with, if any."""
         with self._lock:
-            row = self._db.execute("SELECT value FROM meta WHERE name = ?",
-                                   (FRAMEWORK_ID,)).fetchone()
+            row = self._run("SELECT value FROM meta WHERE name = ?", (FRAMEWORK_ID,)).fetchone()
         return row[0] if row else None
 
     def set_framework_id(self, value: Optional[str]) -> None:
         """Remember (or, with None, forget: the master tore the framework down) the id."""
         with self.transaction():
             if value is None:
-                self._db.execute("DELETE FROM meta WHERE name = ?", (FRAMEWORK_ID,))
+                self._run("DELETE FROM meta WHERE name = ?", (FRAMEWORK_ID,))
             else:
-                self._db.execute("INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)",
-                                 (FRAMEWORK_ID, value))
+                self._run("INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)",
+                          (FRAMEWORK_ID, value))
 
     def snapshot(self) -> Dict[str, Dict[str, str]]:
         """Every record and meta value as stored text (tests compare before/after)."""
@@ -135,3 +183,28 @@ class StateStore:
         for kind, key, value in rows:
             out.setdefault(kind, {})[key] = value
         return out
+
+
+def _cause(error: sqlite3.Error, path: Path) -> str:
+    """SQLite's reason, with what the file system says where that explains it
+    (SQLite reports a file system turned read-only as a mere I/O error): a
+    probe file is made and removed next to the database."""
+    text = str(error)
+    probe = path.parent / f".write-probe-{os.getpid()}"
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT, 0o600))
+    except OSError as e:
+        reason = {errno.EROFS: "the file system holding it is read-only",
+                  errno.ENOSPC: "the file system holding it is full",
+                  errno.EDQUOT: "the disk quota is used up",
+                  errno.EACCES: "it is not writable by this user",
+                  errno.EPERM: "it is not writable by this user"}.get(e.errno)
+        return f"{text} ({reason})" if reason else f"{text} ({e.strerror})"
+    finally:
+        try:
+            os.unlink(probe)
+        except OSError:
+            pass
+    if "full" in text:
+        return f"{text} (the file system holding it is full)"
+    return text

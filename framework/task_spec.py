@@ -7,7 +7,7 @@ an error that names the field and the reason.
 """
 import math
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from framework import constraints as constraint_rules
@@ -50,6 +50,10 @@ class TaskSpec:
     gpus: int = 0
     constraints: tuple[Constraint, ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
+    # Set by the scheduler on the launched copy when `image` was resolved in a
+    # registry: image pinned by digest, index, digests, features
+    # (framework.variant_selection.pinned)
+    variant: Optional[Mapping[str, Any]] = None
 
     def __post_init__(self) -> None:
         self._set("id", _check_id(self.id, "id"))
@@ -64,6 +68,7 @@ class TaskSpec:
             self._set(name, _check_amount(getattr(self, name), name))
         self._set("gpus", check_gpus(self.gpus))
         self._set("constraints", constraint_rules.parse_all(self.constraints))
+        self._set("variant", check_variant(self.variant, self.image))
         self._check_command()
 
     def _set(self, name: str, value: Any) -> None:
@@ -78,16 +83,25 @@ class TaskSpec:
             raise TaskSpecError(f"task {self.id}: cmd: a MESOS container without an image "
                                 f"needs cmd or args")
 
-    @property
-    def uses_gpus(self) -> bool:
-        return self.gpus > 0
+    def pinned_to(self, variant: Mapping[str, Any]) -> "TaskSpec":
+        """This task running `variant["image"]`, a variant checked by
+        `check_variant` (once per variant: a round pins thousands of tasks, so
+        the rest of the spec, already checked, is not checked again)."""
+        pinned = object.__new__(TaskSpec)
+        pinned.__dict__.update(self.__dict__, image=variant["image"], variant=variant)
+        return pinned
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON (constraints as Marathon lists), for the state store."""
-        data = asdict(self)
+        # field by field: asdict() deep-copies each value, and every launch pays for it
+        data = {name: getattr(self, name) for name in self.__dataclass_fields__}
         data["args"] = list(self.args)
         data["env"], data["labels"] = dict(self.env), dict(self.labels)
         data["constraints"] = [c.as_list() for c in self.constraints]
+        if self.variant is None:
+            del data["variant"]
+        else:
+            data["variant"] = {**self.variant, "features": list(self.variant.get("features", []))}
         return data
 
     @classmethod
@@ -150,6 +164,31 @@ def _check_mapping(value: Any, name: str) -> dict[str, str]:
         if not isinstance(key, str) or not isinstance(item, str):
             raise TaskSpecError(f"{name}: {key!r} must map a string to a string, got {item!r}")
     return dict(value)
+
+
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def check_variant(value: Any, image: Optional[str]) -> Optional[dict]:
+    """The pinned variant: image (the one to run) ending in @digest, digests, features."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise TaskSpecError(f"variant: must be an object, got {value!r}")
+    variant = dict(value)
+    for key in ("image", "index", "indexDigest", "digest"):
+        if not isinstance(variant.get(key), str):
+            raise TaskSpecError(f"variant.{key}: must be a string, got {variant.get(key)!r}")
+    for key in ("indexDigest", "digest"):
+        if not _DIGEST.fullmatch(variant[key]):
+            raise TaskSpecError(f"variant.{key}: {variant[key]!r} is not sha256:<64 hex digits>")
+    if variant["image"] != image or not image.endswith("@" + variant["digest"]):
+        raise TaskSpecError(f"variant.image: {variant['image']!r} must be the task's image "
+                            f"{image!r}, pinned to the variant's digest")
+    features = variant.get("features", [])
+    if not isinstance(features, list) or not all(isinstance(f, str) for f in features):
+        raise TaskSpecError(f"variant.features: must be a list of strings, got {features!r}")
+    return variant
 
 
 def _check_amount(value: Any, name: str) -> float:

@@ -18,6 +18,7 @@ import threading
 from typing import Dict, Optional
 
 from common import instance_lock
+from common.paths import MAX_SOCKET_PATH, first_missing
 from isolator import cgroup_host, devices, flags, nvml, side_services
 from isolator import topology as topology_mod
 from isolator.container_cgroups import ContainerCgroups
@@ -32,7 +33,6 @@ from common.errors import UserError
 
 log = logging.getLogger("mesos-gpu.agent")
 LOCK_NAME = "agent.lock"
-MAX_SOCKET_PATH = 107               # sun_path is 108 bytes with its NUL
 
 
 def socket_path(work_dir: str) -> str:
@@ -59,10 +59,7 @@ def _work_dir(path: str) -> Optional[str]:
     if len(os.fsencode(sock)) > MAX_SOCKET_PATH:
         raise flags.FlagError(f"--work_dir={path}: too long for the API socket {sock} "
                               f"(a unix socket path has at most {MAX_SOCKET_PATH} bytes)")
-    made = None
-    parent = os.path.normpath(path)
-    while not os.path.lexists(parent):
-        made, parent = parent, os.path.dirname(parent)
+    made = first_missing(path)
     try:
         os.makedirs(path, mode=0o700, exist_ok=True)
         os.chmod(path, 0o700)

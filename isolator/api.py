@@ -24,6 +24,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, Mapping, Optional, Tuple
 
+from isolator.devices import DeviceNode as Device
 from isolator.errors import BadRequest
 
 SOCKET_NAME = "agent.sock"
@@ -144,20 +145,6 @@ class CleanupRequest:
 
 
 # --- answers --------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Device:
-    """A device node the container is given: its host path and numbers."""
-    path: str
-    major: int
-    minor: int
-    access: str = "rwm"
-
-    @property
-    def name(self) -> str:
-        """Its name under /dev inside the container."""
-        return self.path.rsplit("/", 1)[-1]
-
 
 @dataclass(frozen=True)
 class GrantedGpu:

@@ -6,8 +6,9 @@ import os
 import sys
 from typing import Optional
 
-from isolator import cdi_spec, cgroup_host, flags, mesos_agent_flags, nvml
+from isolator import cdi_spec, cgroup_host, flags, mesos_agent_flags, nvml, platform_features
 from volumes.cli import non_empty
+from common.errors import UserError
 
 
 AGENT_DESCRIPTION = """\
@@ -23,13 +24,16 @@ program on cgroup v2).
 `mesos-gpu agent flags [FLAGS]` prints the flags to add to the mesos-agent
 command line: --resources with gpus:N, and --attributes describing the GPUs
 (gpu_type, gpu_model, gpu_types, gpu_memory_mb, gpu_compute_capability,
-nvidia_driver, cuda_driver). gpu_type is the model family normalised to Mesos
+nvidia_driver, cuda_driver, platform_features). gpu_type is the model family normalised to Mesos
 attribute text ("Tesla V100-SXM2-16GB" -> tesla_v100), gpu_model the full name
 (tesla_v100_sxm2_16gb). On a node with several GPU models, gpu_type and
 gpu_model name the most common model (ties: the lowest NVML index), gpu_types
 lists every family joined with '/' (tesla_k80/tesla_v100), and gpu_memory_mb
 and gpu_compute_capability are the minimum over the GPUs, so a constraint is
-never promised more than the weakest GPU a task may get.
+never promised more than the weakest GPU a task may get. platform_features
+lists what image variants may ask for: the driver, its CUDA version, the
+compute capabilities of the GPUs managed, the CPU's x86-64 level and family
+(read from --cpuinfo, $MESOS_GPU_CPUINFO, else /proc/cpuinfo).
 
 Both take the GPU selection flags, with the Mesos agent's names and rules: the
 GPUs managed are all GPUs NVML lists, or --nvidia_gpu_devices=I,J together with
@@ -46,6 +50,7 @@ def register(sub) -> None:
                                    "and the host's cgroup mode. A host without NVIDIA "
                                    "driver shows 0 GPUs and why.")
     flags.add_nvml_flag(p)
+    add_cpuinfo_flag(p)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_info)
 
@@ -69,8 +74,16 @@ def register(sub) -> None:
                      help="write the merged values into DIR/resources and DIR/attributes, as "
                           "the Mesos packages read /etc/mesos-slave/ (a file with the value, "
                           "or a directory with one file per name)")
+    add_cpuinfo_flag(a.add_argument_group("platform flags (flags only)"))
     a.set_defaults(func=cmd_agent)
     cdi_spec.register(sub)
+
+
+def add_cpuinfo_flag(p) -> None:
+    p.add_argument("--cpuinfo", metavar="PATH", type=non_empty,
+                   help="read the CPU from this file instead of /proc/cpuinfo (also "
+                        f"${platform_features.ENV_CPUINFO}; a recorded cpuinfo simulates "
+                        "another node)")
 
 
 def cmd_agent(args) -> int:
@@ -81,6 +94,9 @@ def cmd_agent(args) -> int:
             raise flags.FlagError(f"--{name} is for `mesos-gpu agent flags`, not the daemon")
     if args.format != "args":
         raise flags.FlagError("--format is for `mesos-gpu agent flags`, not the daemon")
+    if args.cpuinfo:
+        raise UserError("--cpuinfo is read by 'agent flags' and 'info' only; the daemon "
+                        f"does not use it (executors read ${platform_features.ENV_CPUINFO})")
     from isolator import agent
     return agent.run(args)
 
@@ -95,6 +111,7 @@ def cmd_agent_flags(args) -> int:
     flags.check_isolation(args.isolation)
     flags.check_selection(args.nvidia_gpu_devices, args.resources)
     _quiet_unless_verbose(args)
+    cpu = platform_features.read_cpu(args.cpuinfo)
     inv = nvml.discover(args.nvml_library)
     selection = flags.select_gpus(inv, args.nvidia_gpu_devices, args.resources)
     if not selection.gpus:
@@ -112,11 +129,14 @@ def cmd_agent_flags(args) -> int:
 
     base = args.resources if args.resources is not None \
         else mesos_agent_flags.without_gpus(operator("resources", None))
+    platform = platform_features.for_gpus(inv.driver_version, inv.cuda_driver_version,
+                                          selection.gpus, cpu)
     resources, attributes = mesos_agent_flags.merged(selection.gpus, inv, base,
-                                                     operator("attributes", args.attributes))
+                                                     operator("attributes", args.attributes),
+                                                     platform)
     if flag_dir is not None:
         gpus = f"gpus:{len(selection.gpus)}"
-        ours = mesos_agent_flags.attributes(selection.gpus, inv)
+        ours = mesos_agent_flags.node_attributes(selection.gpus, inv, platform)
         for path in flag_dir.write("resources", resources, [gpus], []) + \
                 flag_dir.write("attributes", attributes, ours,
                                [n for n in mesos_agent_flags.ATTRIBUTE_NAMES
@@ -126,7 +146,7 @@ def cmd_agent_flags(args) -> int:
     if args.format == "env":
         lines = mesos_agent_flags.env_lines(resources, attributes)
     else:
-        lines = mesos_agent_flags.lines(selection.gpus, inv, base,
+        lines = mesos_agent_flags.lines(selection.gpus, inv, base, platform,
                                         operator("attributes", args.attributes))
     for line in lines:
         print(line)
@@ -139,10 +159,18 @@ def _gib(n: int) -> str:
 
 def cmd_info(args) -> int:
     _quiet_unless_verbose(args)
+    cpu = platform_features.read_cpu(args.cpuinfo)
     inv = nvml.discover(args.nvml_library)
+    platform = platform_features.for_gpus(inv.driver_version, inv.cuda_driver_version,
+                                          inv.gpus, cpu)
     cg = cgroup_host.detect()
     if args.json:
-        print(json.dumps({**inv.to_json(), "cgroups": cg.to_json()}, indent=2))
+        print(json.dumps({**inv.to_json(), "cgroups": cg.to_json(),
+                          "cpu": {"source": cpu.source, "vendor": cpu.vendor,
+                                  "family": cpu.family, "model": cpu.model,
+                                  "model_name": cpu.model_name, "x86_64_level": cpu.level,
+                                  "microarchitecture": cpu.microarchitecture},
+                          "platform_features": platform.features()}, indent=2))
         return 0
     if inv.unavailable:
         print(f"GPUs: 0 ({inv.unavailable})")
@@ -158,4 +186,6 @@ def cmd_info(args) -> int:
     where = ", ".join(f"{k} at {v}" for k, v in
                       (("v1 devices", cg.devices_v1), ("cgroup2", cg.unified)) if v)
     print(f"cgroups: {cg.mode}" + (f" ({where})" if where else ""))
+    print(f"CPU: {cpu.describe()}: " + (", ".join(cpu.features()) or "no x86-64 level known"))
+    print(f"Platform features: {' '.join(platform.features()) or 'none'}")
     return 0

@@ -51,6 +51,11 @@ class DeviceNode:
     minor: int
     access: str = "rwm"
 
+    @property
+    def name(self) -> str:
+        """Its name under /dev inside a container."""
+        return os.path.basename(self.path)
+
     def to_json(self) -> Dict[str, object]:
         return {"path": self.path, "major": self.major, "minor": self.minor,
                 "access": self.access}

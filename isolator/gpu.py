@@ -47,6 +47,3 @@ class Inventory:
                 "library": self.library,
                 "unavailable": self.unavailable,
                 "gpus": [g.to_json() for g in self.gpus]}
-
-    def by_minor(self) -> Dict[int, Gpu]:
-        return {g.minor: g for g in self.gpus}

@@ -10,6 +10,9 @@
     gpu_compute_capability  the lowest compute capability, e.g. 3.7
     nvidia_driver           driver version, e.g. 535.54.03
     cuda_driver             highest CUDA version the driver supports, e.g. 12.2
+    platform_features       what images may ask for (isolator.platform_features),
+                            '/'-joined: nvidia-535-54/cuda-12-2/nv-compute-3-7/
+                            x86-64-v3/broadwell; on a node without GPUs the CPU's only
 
 On a node with several GPU models, gpu_type and gpu_model name the most common
 one (ties: the first by NVML index), gpu_types lists all of them, and memory and
@@ -27,6 +30,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from isolator.flags import FlagError, parse_resources
 from isolator.gpu import Gpu, Inventory
+from isolator.platform_features import ATTRIBUTE as PLATFORM_ATTRIBUTE, NodePlatform
 
 TEXT_UNSAFE = re.compile(r"[^a-z0-9]+")
 
@@ -59,10 +63,10 @@ def _cc_key(cc: str):
         return (0, 0)
 
 
-# Every attribute name attributes() may give: an earlier run's value of one of
-# them (in a flag file or $MESOS_ATTRIBUTES) is replaced, never kept as the operator's.
+# Every attribute name node_attributes() may give: an earlier run's value of one
+# of them (in a flag file or $MESOS_ATTRIBUTES) is replaced, never kept as the operator's.
 ATTRIBUTE_NAMES = ("gpu_type", "gpu_model", "gpu_types", "gpu_memory_mb",
-                   "gpu_compute_capability", "nvidia_driver", "cuda_driver")
+                   "gpu_compute_capability", "nvidia_driver", "cuda_driver", PLATFORM_ATTRIBUTE)
 
 
 def attributes(gpus: Sequence[Gpu], inventory: Inventory) -> List[str]:
@@ -99,17 +103,28 @@ def name_of(part: str) -> str:
 
 
 def lines(gpus: Sequence[Gpu], inventory: Inventory, operator_resources: Optional[str],
+          platform: Optional[NodePlatform] = None,
           operator_attributes: Optional[str] = None) -> List[str]:
     """--resources=... and --attributes=... (the operator's merged with ours)."""
-    res, attrs = merged(gpus, inventory, operator_resources, operator_attributes)
+    res, attrs = merged(gpus, inventory, operator_resources, operator_attributes, platform)
     return [f"--resources={res}"] + ([f"--attributes={attrs}"] if attrs else [])
 
 
+def node_attributes(gpus: Sequence[Gpu], inventory: Inventory,
+                    platform: Optional[NodePlatform] = None) -> List[str]:
+    """Our attributes: the GPUs', and the node's platform features when it has any."""
+    attrs = attributes(gpus, inventory)
+    if platform is not None and platform.features():
+        attrs.append(f"{PLATFORM_ATTRIBUTE}:{platform.attribute_value()}")
+    return attrs
+
+
 def merged(gpus: Sequence[Gpu], inventory: Inventory, operator_resources: Optional[str],
-           operator_attributes: Optional[str]) -> Tuple[str, str]:
+           operator_attributes: Optional[str],
+           platform: Optional[NodePlatform] = None) -> Tuple[str, str]:
     """(resources, attributes): the operator's, with gpus and our attributes set."""
     return (resources(len(gpus), operator_resources),
-            merged_attributes(operator_attributes, attributes(gpus, inventory)))
+            merged_attributes(operator_attributes, node_attributes(gpus, inventory, platform)))
 
 
 # ---- merging with what the operator already gives the agent ------------------

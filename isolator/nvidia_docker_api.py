@@ -32,7 +32,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pynvml
 
-from isolator import devices, mesos_agent_flags, nvml
+from isolator import devices, mesos_agent_flags, nvml, platform_features
 from isolator.gpu import Gpu
 from isolator.service import AgentService
 from volumes import environment, plugin
@@ -332,8 +332,11 @@ class NvidiaDockerApi:
 
     def mesos_cli(self) -> str:
         gpus = sorted(self.service.gpus.values(), key=lambda g: g.index)
+        inv = self.service.inventory
+        platform = platform_features.for_gpus(inv.driver_version, inv.cuda_driver_version, gpus,
+                                              platform_features.read_cpu())
         # nvidia-docker's order: attributes first
-        return " ".join(reversed(mesos_agent_flags.lines(gpus, self.service.inventory, None)))
+        return " ".join(reversed(mesos_agent_flags.lines(gpus, inv, None, platform)))
 
     def route(self, path: str, query: Dict[str, List[str]]) -> Tuple[int, str, bytes]:
         """(status, content type, body) for a GET of `path`."""

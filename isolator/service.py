@@ -26,7 +26,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from isolator import cgroup_host, cgroup_paths, crashpoints, devices, nvml
 from isolator.allocator import Allocator
-from isolator.api import (DOCKER, MESOS, Cleanup, CleanupRequest, Device, Grant, GrantedGpu,
+from isolator.api import (DOCKER, MESOS, Cleanup, CleanupRequest, Grant, GrantedGpu,
                           IsolateRequest, PrepareRequest, UpdateRequest, Volume,
                           check_container_id)
 from isolator.container_cgroups import CgroupVanished, ContainerCgroups
@@ -139,7 +139,7 @@ class AgentService:
         return Grant(
             container_id=h.container_id, container_type=h.container_type,
             gpus=tuple(GrantedGpu(**g.to_json()) for g in gpus),
-            devices=tuple(Device(n.path, n.major, n.minor, n.access) for n in nodes),
+            devices=tuple(nodes),
             env={"NVIDIA_VISIBLE_DEVICES": uuids or "void",
                  "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(len(gpus)))},
             driver_version=self.inventory.driver_version,

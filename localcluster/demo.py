@@ -17,7 +17,7 @@ import os
 import signal
 import time
 from contextlib import ExitStack, contextmanager
-from typing import Iterator, List, Optional
+from typing import Iterator, List, Optional, Tuple
 
 from isolator import nvml
 from isolator.gpu import Inventory
@@ -59,6 +59,7 @@ class Demo:
         self.args, self.stack = args, stack
         self.step_no = 0
         self.t0 = time.monotonic()
+        self.own_dirs: List[str] = []     # where our daemons mount: checked at the end
 
     def step(self, text: str) -> None:
         self.step_no += 1
@@ -73,6 +74,7 @@ class Demo:
 
         self.step("private Docker engine (own data root and socket, vfs, no network)")
         engine = self.stack.enter_context(docker_engine.DockerEngine())
+        self.own_dirs.append(str(engine.run_dir))
         say(f"  dockerd at {engine.host}")
 
         self.step("example image mesos-gpu/cognitive:1 (python3 + numpy; first run "
@@ -81,6 +83,7 @@ class Demo:
 
         self.step("agent daemon: GPUs, driver volume, ledger, local API")
         node = self.stack.enter_context(gpu_node.GpuNode(node_layout, engine.host))
+        self.own_dirs.append(str(node.dir))
         for line in node.start_lines():
             say(f"  {line}")
 
@@ -92,13 +95,15 @@ class Demo:
         agent = self.stack.enter_context(mesos.Agent(master, resources, attributes,
                                                      hostname="demo-gpu-node"))
         say(f"  master http://{master.address}, agent {agent.id}")
+        self.own_dirs += [str(master.run_dir), str(agent.run_dir)]
 
         self.step("framework + Marathon API on 127.0.0.1")
-        api_url = self.stack.enter_context(framework_service(master.address, node, engine))
-        say(f"  Marathon API at {api_url}")
+        api_url, credentials = self.stack.enter_context(
+            framework_service(master.address, node, engine))
+        say(f"  Marathon API at {api_url} (HTTP basic auth, credentials in its state dir)")
 
         self.step("submit the example apps through the HTTP API; live progress")
-        api = launch.Api(api_url)
+        api = launch.Api(api_url, auth=credentials)
         apps = (launch.load_apps(["inference"], ["docker"], launch.APPS_DIR, None)
                 + launch.load_apps(["training"], ["mesos"], launch.APPS_DIR, None))
         progress = launch.Progress()
@@ -137,9 +142,10 @@ def simulated_layout_if_needed(library: Optional[str]):
 
 
 @contextmanager
-def framework_service(master: str, node, engine) -> Iterator[str]:
+def framework_service(master: str, node, engine) -> Iterator[Tuple[str, str]]:
     """`mesos-gpu framework` as an operator runs it, with executors pointed at this
-    demo's agent daemon and Docker engine; yields the Marathon API's URL."""
+    demo's agent daemon and Docker engine; yields the Marathon API's URL and the
+    credentials it made in its state dir."""
     from framework.marathon.service import FrameworkService, add_arguments
     parser = argparse.ArgumentParser()
     add_arguments(parser)
@@ -151,7 +157,7 @@ def framework_service(master: str, node, engine) -> Iterator[str]:
     try:
         if not service.scheduler.wait_subscribed(30):
             raise UserError(f"the framework did not subscribe to the master {master}")
-        yield service.http.url
+        yield service.http.url, service.auth.credentials
     finally:
         service.stop()
 
@@ -189,11 +195,13 @@ def wait_until_freed(node) -> None:
     say("  every GPU is back in the pool")
 
 
-def leftovers(before_mounts: List[str]) -> List[str]:
-    """Mounts added since the demo started, and child processes still alive."""
+def leftovers(own_dirs: List[str]) -> List[str]:
+    """Mounts below the directories the demo's daemons used, and child processes still
+    alive. (Only our own directories: other programs may mount meanwhile.)"""
     with open("/proc/self/mountinfo") as f:
         mounts = [line.split()[4] for line in f]
-    left = [f"mount {m}" for m in mounts if m not in before_mounts]
+    left = [f"mount {m}" for m in mounts
+            if any(m == d or m.startswith(d.rstrip("/") + "/") for d in own_dirs)]
     me = str(os.getpid())
     for stat in os.listdir("/proc"):
         if stat.isdigit():
@@ -216,13 +224,12 @@ def run(args: argparse.Namespace) -> int:
     # dockerd outlive the demo); SIGINT too when the shell started it ignored.
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGINT, _interrupt)
-    with open("/proc/self/mountinfo") as f:
-        before = [line.split()[4] for line in f]
     demo_t0 = time.monotonic()
     with ExitStack() as stack:
-        rc = Demo(args, stack).run()
+        demo = Demo(args, stack)
+        rc = demo.run()
         say("[demo] shutting down: apps, framework, Mesos, agent daemon, Docker engine")
-    left = leftovers(before)
+    left = leftovers(demo.own_dirs)
     if left:
         raise UserError("left behind after shutdown: " + ", ".join(left))
     say(f"[demo] done in {time.monotonic() - demo_t0:.0f} s; nothing left running or mounted")

@@ -7,7 +7,9 @@ With a fake NVML layout (a host without GPUs):
 - the real agent daemon, `mesos-gpu agent`, over a fake NVML layout whose
   driver version is that of the real NVIDIA 535 files, so it builds the
   real read-only driver volume;
-- `mesos-gpu agent flags`: the --resources / --attributes its Mesos agent gets.
+- `mesos-gpu agent flags`: the --resources / --attributes its Mesos agent gets;
+  `cpuinfo` (a recorded /proc/cpuinfo) gives the node a CPU of its own, for its
+  platform_features (its Mesos agent needs MESOS_GPU_CPUINFO too, for executors).
 
 With no layout (a host with an NVIDIA driver): the host's own NVML, /dev and
 driver files, so the demo runs on real GPUs the same way.
@@ -24,7 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Dict, Optional
 
-from isolator import cgroup_host
+from isolator import cgroup_host, platform_features
 from isolator.client import AgentClient
 from localcluster import device_nodes
 from localcluster.processes import remove_cgroup_tree
@@ -43,8 +45,9 @@ class GpuNode:
     """Device nodes + agent daemon; `flags()` for the Mesos agent."""
 
     def __init__(self, layout: Optional[fake_nvml.Layout], docker_host: Optional[str] = None,
-                 volume: bool = True) -> None:
+                 volume: bool = True, cpuinfo: Optional[str] = None) -> None:
         self.layout = layout
+        self.cpuinfo = cpuinfo          # a recorded /proc/cpuinfo: the node's simulated CPU
         self.docker_host = docker_host
         self.volume = volume
         self.dir = Path(tempfile.mkdtemp(prefix="mgpu-fw-node-"))
@@ -71,10 +74,13 @@ class GpuNode:
 
     def env(self) -> Dict[str, str]:
         if not self.simulated:
-            return dict(os.environ)
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("FAKE_NVML_CONFIG", "MESOS_GPU_NVML_LIBRARY", "FAKE_NVML_INIT_ERROR")}
-        env.update(self.layout.env())
+            env = dict(os.environ)
+        else:
+            env = {k: v for k, v in os.environ.items()
+                   if k not in ("FAKE_NVML_CONFIG", "MESOS_GPU_NVML_LIBRARY", "FAKE_NVML_INIT_ERROR")}
+            env.update(self.layout.env())
+        if self.cpuinfo:
+            env[platform_features.ENV_CPUINFO] = str(self.cpuinfo)
         return env
 
     def start(self) -> "GpuNode":

@@ -43,3 +43,13 @@ def test_pyflakes_finds_nothing():
                         "--exclude", ".localcluster,.venv", "."], cwd=REPO,
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-1000:]
+
+
+@pytest.mark.parametrize("package", LAYERS)
+def test_every_folder_of_python_modules_is_a_package(package):
+    """find_packages (setup.py) skips a folder without __init__.py: an installed
+    mesos-gpu would lack it (the executor once did)."""
+    missing = sorted(str(d.relative_to(REPO)) for d in (REPO / package).rglob("*")
+                     if d.is_dir() and "mesos_local" not in d.parts and "__pycache__" not in
+                     d.parts and any(d.glob("*.py")) and not (d / "__init__.py").exists())
+    assert missing == []

@@ -42,6 +42,7 @@ import framework.mesos_driver  # noqa: F401  (no interrupt_main from pymesos' IO
 from framework import taskinfo
 from framework.executor.docker_container import DockerContainer, check_cuda, docker_client, inspect
 from framework.executor.launch_errors import TaskFailure
+from framework.executor import variant_check
 from framework.task_spec import DOCKER, TaskSpec
 from framework.executor.mesos_container import (MesosHostContainer, MesosImageContainer,
                                                become_subreaper)
@@ -228,6 +229,7 @@ class TaskRun:
         client = image = None
         if spec.container == DOCKER or spec.image:
             client = docker_client(self.executor.docker_host, agent)
+            variant_check.verify(spec, client, self.executor.agent, agent)  # pulls it too
             image = inspect(client, spec.image, agent)
             if image.cuda_version is not None:
                 check_cuda(self._driver_cuda(spec), image)

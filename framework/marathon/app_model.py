@@ -71,9 +71,7 @@ def read_app(raw: Any, v: Violations, policy: DockerPolicy, app_id: Optional[str
         value = body.get(name)
         if value not in (None, [], {}):
             v.rule(f"/{name}", reason)
-    if v:
-        return None
-    _check_rules(app, v, policy)
+    _check_rules(app, v, policy)      # on what could be read: every problem in one answer
     return None if v else app
 
 
@@ -313,37 +311,44 @@ def _read_port_definition(r: Reader, value: Any, path: str) -> Optional[dict]:
 
 # -- rules on a well-typed app ------------------------------------------------
 def _check_rules(app: dict, v: Violations, policy: DockerPolicy) -> None:
+    """Marathon's rules, on the fields that could be read (None: unreadable)."""
     container = app.get("container")
-    has_cmd, has_args = app["cmd"] is not None, bool(app["args"])
+    has_cmd, has_args = app.get("cmd") is not None, bool(app.get("args"))
     runnable_container = container is not None and (
         container.get("docker") is not None or container["type"] == MESOS)
-    if not ((has_cmd != has_args) or (not (has_cmd and has_args) and runnable_container)):
+    unreadable = any(p == "/cmd" or p.startswith(("/args", "/container")) for p in v.details)
+    if not ((has_cmd != has_args) or (not (has_cmd and has_args) and runnable_container)) \
+            and not unreadable:
         v.rule("/", CMD_ARGS_OR_CONTAINER)
     if container is not None:
         _check_container(container, v, policy)
-    for i, raw in enumerate(app["constraints"]):
+    for i, raw in enumerate(app.get("constraints") or ()):
         where = f"constraints({i})"
         try:
             constraint_rules.parse(raw, where)
         except constraint_rules.ConstraintError as e:
             v.rule(f"/{where}", str(e).removeprefix(f"{where}: "))
-    for i, dependency in enumerate(app["dependencies"]):
+    dependencies = app.get("dependencies") or []
+    for i, dependency in enumerate(dependencies):
         for problem in ids.errors(dependency):
             v.rule(f"/dependencies({i})", problem)
-    parent = app["id"].rsplit("/", 1)[0] or "/"
-    app["dependencies"] = [ids.canonical(d, parent) for d in app["dependencies"]]
-    host_networking = all(n["mode"] == "host" for n in app["networks"])
-    if not host_networking and app["portDefinitions"]:
+    if app.get("id") is not None:
+        parent = app["id"].rsplit("/", 1)[0] or "/"
+        app["dependencies"] = [ids.canonical(d, parent) for d in dependencies]
+    networks = app.get("networks") or []
+    host_networking = all(n["mode"] == "host" for n in networks if n)
+    if not host_networking and app.get("portDefinitions"):
         v.rule("/", "portDefinitions are only allowed with host-networking")
     if host_networking and container and container.get("portMappings"):
         v.rule("/", "portMappings are not allowed with host-networking")
-    behavior = app["labels"].get(GPU_SCHEDULING_LABEL)
+    labels = app.get("labels") or {}
+    behavior = labels.get(GPU_SCHEDULING_LABEL)
     if behavior is not None and behavior not in GPU_SCHEDULING_BEHAVIORS:
         v.rule(f"/labels/{GPU_SCHEDULING_LABEL}",
                f"must be one of {', '.join(GPU_SCHEDULING_BEHAVIORS)}")
-    if app["labels"].get("MARATHON_SINGLE_INSTANCE_APP") == "true" and app["instances"] > 1:
+    if labels.get("MARATHON_SINGLE_INSTANCE_APP") == "true" and (app.get("instances") or 0) > 1:
         v.rule("/", "Single instance app may only have one instance")
-    _check_unique_ports(app["portDefinitions"], v)
+    _check_unique_ports(app.get("portDefinitions") or [], v)
 
 
 def _check_container(container: dict, v: Violations, policy: DockerPolicy) -> None:
@@ -352,14 +357,14 @@ def _check_container(container: dict, v: Violations, policy: DockerPolicy) -> No
         v.rule("/container/docker", "not defined")
     if docker is not None:
         if container["type"] == MESOS:
-            if docker["parameters"]:
+            if docker.get("parameters"):
                 v.rule("/container/docker/parameters", "must be empty")
-            if docker["privileged"]:
+            if docker.get("privileged"):
                 v.rule("/container/docker/privileged",
                        "privileged is only supported with the DOCKER containerizer")
-        elif docker["privileged"] and policy.refuses_privileged():
+        elif docker.get("privileged") and policy.refuses_privileged():
             v.rule("/container/docker/privileged", refusal("privileged: true"))
-        for i, parameter in enumerate(docker["parameters"]):
+        for i, parameter in enumerate(docker.get("parameters") or ()):
             if policy.refuses_parameter(parameter["key"], parameter["value"]):
                 v.rule(f"/container/docker/parameters({i})",
                        refusal(f"the Docker parameter {parameter['key']}={parameter['value']}"))
@@ -398,13 +403,6 @@ def merge_update(existing: dict, update: Any) -> Any:
         if "portDefinitions" not in update and "ports" not in update:
             merged.pop("portDefinitions", None)
     return merged
-
-
-def only_scaling(old: dict, new: dict) -> bool:
-    """Whether the change touches nothing but `instances` (no restart needed)."""
-    strip = lambda app: {k: v for k, v in app.items()
-                         if k not in ("instances", "version", "versionInfo")}
-    return strip(old) == strip(new)
 
 
 # -- JSON out ---------------------------------------------------------------------

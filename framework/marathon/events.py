@@ -10,7 +10,7 @@ import queue
 import threading
 from typing import Iterable, List, Optional
 
-from framework.marathon.deployments import timestamp
+from framework.timestamps import format_timestamp
 
 QUEUE_LIMIT = 1000
 OVERFLOW = object()
@@ -50,13 +50,8 @@ class EventBus:
             if subscription in self._subscribers:
                 self._subscribers.remove(subscription)
 
-    @property
-    def subscriber_count(self) -> int:
-        with self._lock:
-            return len(self._subscribers)
-
     def publish(self, event_type: str, **fields) -> dict:
-        event = dict(fields, eventType=event_type, timestamp=timestamp())
+        event = dict(fields, eventType=event_type, timestamp=format_timestamp())
         frame = (f"event: {event_type}\ndata: "
                  f"{json.dumps(event, separators=(',', ':'))}\n\n").encode()
         with self._lock:

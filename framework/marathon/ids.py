@@ -53,7 +53,3 @@ def task_prefix(app_id: str) -> str:
     (ids cannot contain `_`, so the app id can be read back)."""
     return app_id.strip("/").replace("/", "_")
 
-
-def app_id_of_task(task_id: str) -> str:
-    """The app id a task id of ours (`<prefix>.<uuid>`) belongs to."""
-    return "/" + task_id.rsplit(".", 1)[0].replace("_", "/")

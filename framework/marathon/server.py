@@ -10,7 +10,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Optional
 
 from framework.marathon.events import OVERFLOW, EventBus
-from framework.marathon.http_api import MarathonApi, Request, Response
+from framework.marathon.http_api import MarathonApi
+from framework.marathon.routing import Request, Response
 from framework.marathon.security import DEFAULT_MAX_BODY_BYTES, Authenticator
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,9 @@ class MarathonHandler(BaseHTTPRequestHandler):
     def do_DELETE(self) -> None:
         self._serve("DELETE")
 
+    def do_HEAD(self) -> None:
+        self._serve("HEAD")
+
     def log_message(self, fmt: str, *args) -> None:
         log.debug("%s " + fmt, self.client_address[0], *args)
 
@@ -85,13 +89,13 @@ class MarathonHandler(BaseHTTPRequestHandler):
             body = self._read_body()
             if body is None:
                 return
-            if not self.path.startswith("/ping") and not self.server.auth.allows(
+            request = Request.parse(method, self.path, body, self.headers.get("Accept", ""),
+                                    self.client_address[0])
+            if request.path.rstrip("/") != "/ping" and not self.server.auth.allows(
                     self.headers.get("Authorization")):
                 self._send(Response(401, {"message": "Invalid username or password."},
                                     {"WWW-Authenticate": 'Basic realm="Mesosphere Marathon"'}))
                 return
-            request = Request.parse(method, self.path, body, self.headers.get("Accept", ""),
-                                    self.client_address[0])
             if request.path.rstrip("/") == "/v2/events":
                 self._stream_events(request)
                 return

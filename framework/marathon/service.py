@@ -12,19 +12,27 @@ import os
 import shutil
 import signal
 import threading
+import time
 from typing import Any, Callable, Optional
 
-from framework.marathon.app_manager import AppManager
-from framework.marathon.deployments import timestamp
+from framework.leadership import SingleInstance
+from framework.marathon.api_context import ApiContext
+from framework.marathon.metrics import Metrics
 from framework.marathon.events import EventBus
 from framework.marathon.http_api import VERSION, MarathonApi
-from framework.marathon.security import DEFAULT_MAX_BODY_BYTES, Authenticator, DockerPolicy
+from framework.marathon.security import (CREDENTIALS_FILE, DEFAULT_MAX_BODY_BYTES, Authenticator,
+                                         DockerPolicy)
+from framework.marathon.reconciler import Reconciler
+from framework.marathon.registry import Registry
 from framework.marathon.server import MarathonHttpServer
 from framework.state_store import StateStore
 from isolator.api import DEFAULT_SOCKET as DEFAULT_AGENT_SOCKET
 from common import instance_lock
+from common.paths import first_missing
 from volumes.cli import non_empty
 from common.errors import UserError
+from framework.task_record import RUNNING
+from framework.timestamps import format_timestamp
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +54,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f"(default {DEFAULT_STATE_DIR})")
     auth = p.add_mutually_exclusive_group()
     auth.add_argument("--http_credentials", metavar="USER:PASSWORD",
-                      help="require HTTP basic auth with these credentials")
+                      help="require HTTP basic auth with these credentials (default: basic auth "
+                           f"with the credentials in <state_dir>/{CREDENTIALS_FILE}, made at the "
+                           "first start, mode 0600)")
     auth.add_argument("--http_token_file", metavar="FILE",
                       help="require 'Authorization: Bearer <token>' with the token in FILE")
+    auth.add_argument("--http_open", action="store_true",
+                      help="serve the API without authentication: every local process, each "
+                           "task with host networking included, can then change apps")
     p.add_argument("--allow_docker_parameters", action="append", metavar="NAME[,NAME...]",
                    help="Docker options apps may use although they grant host access "
                         "(e.g. cap-add,device); 'privileged' also admits docker.privileged, "
@@ -67,6 +80,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "revives offers at once)")
     p.add_argument("--framework_name", default=FRAMEWORK_NAME, metavar="NAME", type=non_empty,
                    help=f"framework name registered with Mesos (default {FRAMEWORK_NAME})")
+    p.add_argument("--registry", action="append", metavar="HOST[:PORT][,...]",
+                   help="a registry whose images the framework resolves before launching: an "
+                        "image index gets, on each agent, the variant its platform_features "
+                        "select; every image is pinned by digest and pulled by the executor. "
+                        "Images of other registries run by name, as present on the agent. "
+                        "Repeatable; default none")
+    p.add_argument("--registry_config", metavar="FILE", type=non_empty,
+                   help="a Docker client config.json with the registries' credentials "
+                        "('auths'); default ~/.docker/config.json when it exists")
     p.add_argument("--gpu_scheduling_behavior", choices=("restricted", "unrestricted"),
                    default="restricted",
                    help="restricted (default): tasks without GPUs stay off GPU agents; "
@@ -74,7 +96,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 class FrameworkService:
-    """Store + scheduler + app manager + HTTP server, started and stopped together."""
+    """Store + scheduler + registry and reconciler + HTTP server, started and stopped together."""
 
     def __init__(self, args: argparse.Namespace,
                  scheduler_factory: Optional[Callable[..., Any]] = None) -> None:
@@ -86,19 +108,28 @@ class FrameworkService:
             raise UserError(f"--max_body_bytes must be at least 1024, got {args.max_body_bytes}")
         from framework.mesos_driver import check_master     # pymesos: only when it runs
         check_master(args.master)
+        registries(getattr(args, "registry", None))
         self.args = args
-        self.auth = Authenticator.from_args(args.http_credentials, args.http_token_file)
+        explicit = Authenticator.from_args(args.http_credentials, args.http_token_file)
         self.policy = DockerPolicy.from_names(args.allow_docker_parameters)
-        made = _first_missing(args.state_dir)
+        made = first_missing(args.state_dir)
         self.store = StateStore(args.state_dir)
         self._lock_fd: Optional[int] = None
         try:
             self._lock_fd = _hold_lock(args.state_dir)
+            self.auth = explicit if explicit.enabled or args.http_open else \
+                Authenticator.from_state_dir(args.state_dir)
             self.events = EventBus()
             factory = scheduler_factory or default_scheduler_factory
             self.scheduler = factory(args, self.store)
-            self.manager = AppManager(self.store, self.scheduler, self.events)
-            self.api = MarathonApi(self.manager, self.policy, self.info)
+            self.registry = Registry(self.store, self.events)
+            self.reconciler = Reconciler(self.registry, self.scheduler)
+            self.leadership = SingleInstance(self._address)
+            self.leadership.on_lost(self._lose_leadership)
+            self.leadership.on_elected(self._take_leadership)
+            self.metrics = self._metrics()
+            self.api = MarathonApi(ApiContext.build(self.registry, self.policy, self.info,
+                                                    self.leadership, self.metrics))
             try:
                 self.http = MarathonHttpServer((args.http_address, args.http_port), self.api,
                                                self.events, self.auth, args.max_body_bytes)
@@ -112,24 +143,59 @@ class FrameworkService:
             if made is not None:        # a refused start leaves no state dir behind
                 shutil.rmtree(made, ignore_errors=True)
             raise
-        self.started_at = timestamp()
+        self.started_at = format_timestamp()
 
     def start(self) -> "FrameworkService":
-        if self.scheduler is not None and hasattr(self.scheduler, "start"):
-            self.scheduler.start()
-        self.manager.start()
+        self.leadership.start()         # elected: the scheduler subscribes
+        self.reconciler.start()
         self.http.start()
-        log.info("Marathon API on %s (auth %s, docker host-access parameters allowed: %s); "
-                 "master %s, state %s", self.http.url,
-                 "on" if self.auth.enabled else "off",
+        log.info("Marathon API on %s (%s; docker host-access parameters allowed: %s); "
+                 "master %s, state %s", self.http.url, self.auth.describe(),
                  ",".join(sorted(self.policy.allowed)) or "none", self.args.master,
                  self.store.path)
         return self
 
+    def _address(self) -> str:
+        host, port = self.http.server_address[:2]
+        return f"{host}:{port}"
+
+    def _take_leadership(self) -> None:
+        if self.scheduler is not None and hasattr(self.scheduler, "start"):
+            self.scheduler.start()
+
+    def _lose_leadership(self) -> None:
+        """Disconnect from Mesos, failing over: the framework and its tasks stay."""
+        if self.scheduler is not None and hasattr(self.scheduler, "stop"):
+            self.scheduler.stop()
+
+    def _metrics(self) -> Metrics:
+        metrics = Metrics()
+        registry = self.registry
+        started = time.monotonic()
+
+        def locked(read: Callable[[], float]) -> Callable[[], float]:
+            def value() -> float:
+                with registry.lock:
+                    return read()
+            return value
+
+        metrics.gauge("marathon.apps.active.gauge", locked(lambda: len(registry.apps)))
+        metrics.gauge("marathon.groups.active.gauge", locked(lambda: len(registry.groups)))
+        metrics.gauge("marathon.pods.active.gauge", lambda: 0)
+        metrics.gauge("marathon.deployments.active.gauge", locked(lambda: len(registry.plans)))
+        metrics.gauge("marathon.instances.running.gauge", locked(lambda: sum(
+            1 for t in registry.tasks.values() if t.state == RUNNING)))
+        metrics.gauge("marathon.instances.staged.gauge", locked(lambda: sum(
+            1 for t in registry.tasks.values() if t.alive and t.state != RUNNING)))
+        metrics.gauge("marathon.instances.launch-overdue.gauge",
+                      locked(lambda: sum(count for _, count, _ in registry.queued())))
+        metrics.gauge("marathon.uptime.gauge.seconds", lambda: time.monotonic() - started)
+        return metrics
+
     def stop(self) -> None:
-        log.info("stopping: HTTP server, app manager, scheduler (failover: tasks keep running)")
+        log.info("stopping: HTTP server, reconciler, scheduler (failover: tasks keep running)")
         self.http.stop()
-        self.manager.stop()
+        self.reconciler.stop()
         if self.scheduler is not None and hasattr(self.scheduler, "stop"):
             try:
                 self.scheduler.stop()
@@ -144,7 +210,7 @@ class FrameworkService:
         host, port = self.http.server_address[:2]
         return {
             "name": "marathon", "version": VERSION, "buildref": "mesos-gpu",
-            "elected": True, "leader": f"{host}:{port}",
+            "elected": self.leadership.is_leader(), "leader": self.leadership.leader(),
             "frameworkId": self.store.framework_id(),
             "marathon_config": {
                 "master": self.args.master, "framework_name": self.args.framework_name,
@@ -170,14 +236,6 @@ def _hold_lock(state_dir: str) -> int:
                         f"({path} is locked)") from None
 
 
-def _first_missing(path: str) -> Optional[str]:
-    """The topmost directory of `path` that does not exist yet (None: it exists)."""
-    missing = None
-    path = os.path.abspath(path)
-    while not os.path.lexists(path):
-        missing, path = path, os.path.dirname(path)
-    return missing
-
 
 def default_scheduler_factory(args: argparse.Namespace, store: StateStore) -> Any:
     """The project's GPU scheduler (framework/scheduler.py) for these flags."""
@@ -188,8 +246,33 @@ def default_scheduler_factory(args: argparse.Namespace, store: StateStore) -> An
         gpu_scheduling=args.gpu_scheduling_behavior, failover_timeout=FAILOVER_TIMEOUT,
         refuse_seconds=args.refuse_seconds,
         executor=taskinfo.ExecutorSettings(agent_socket=args.agent_socket,
-                                           docker_host=args.docker_host))
+                                           docker_host=args.docker_host),
+        registries=registries(getattr(args, "registry", None)),
+        registry_config=getattr(args, "registry_config", None) or _default_registry_config())
     return GpuScheduler(config, store)
+
+
+def registries(values: Optional[list]) -> tuple:
+    """--registry values (repeatable, comma lists) as host[:port], checked."""
+    from framework.image_ref import parse
+    out = []
+    for value in values or ():
+        for name in filter(None, (v.strip() for v in value.split(","))):
+            try:
+                ref = parse(f"{name}/probe")
+            except UserError:
+                ref = None
+            if ref is None or ref.registry != name:
+                raise UserError(f"--registry {name!r}: not a registry host[:port] (a name with "
+                                f"a '.' or a port, or localhost)")
+            out.append(name)
+    return tuple(dict.fromkeys(out))
+
+
+def _default_registry_config() -> Optional[str]:
+    from framework.registry_client import docker_config_path
+    path = docker_config_path()
+    return path if os.path.exists(path) else None
 
 
 def run(args: argparse.Namespace) -> int:

@@ -3,9 +3,10 @@
 - 422 `{"message": "Object is not valid", "details": [{"path", "errors"}]}` for
   rule violations, grouped by path (`/` for rules on the whole app, array
   indices as `/constraints(0)`), as `api/v2/Validation.scala` writes them;
-- 422 `{"message": "Invalid JSON", "details": [...]}` for JSON of the wrong
-  type (Play's codes: `error.expected.jsstring`, `error.min`, ...), as
-  Marathon 1.10's exception mapper answers;
+  JSON of the wrong type in the same body is listed with them (Play's codes:
+  `error.expected.jsstring`, `error.min`, ...), so one answer names everything;
+- 422 `{"message": "Invalid JSON", "details": [...]}` when the only problems
+  are JSON of the wrong type, as Marathon 1.10's exception mapper answers;
 - 400 `{"message": "Invalid JSON", ...}` for a body that is not JSON at all;
 - 404 / 409 with `{"message": ...}` (and `deployments` on a lock).
 """
@@ -49,31 +50,38 @@ def malformed_json(reason: str) -> ApiError:
 
 class Violations:
     """Collects (path, error) pairs while a body is read; `raise_if_any` turns them
-    into one 422 with the errors grouped by path in the order first seen."""
+    into one 422 listing every one of them, grouped by path in the order first
+    seen: a client learns all that is wrong with its body at once."""
 
     def __init__(self) -> None:
-        self.type_errors: Dict[str, List[str]] = {}
-        self.rule_errors: Dict[str, List[str]] = {}
+        self.details: Dict[str, List[str]] = {}
+        self.rules = False          # any rule broken (else only JSON type errors)
 
     def type_error(self, path: str, code: str) -> None:
         """The JSON has the wrong shape here (Play's error code)."""
-        _add(self.type_errors, path, code)
+        _add(self.details, path, code)
 
     def rule(self, path: str, text: str) -> None:
         """The JSON is well-typed but breaks a rule (Marathon's sentence)."""
-        _add(self.rule_errors, path, text)
+        _add(self.details, path, text)
+        self.rules = True
+
+    def merge(self, other: "Violations", prefix: str) -> None:
+        """`other`'s violations, their paths under `prefix` (`/apps(0)`)."""
+        for path, errors in other.details.items():
+            where = prefix if path == "/" else prefix.rstrip("/") + path
+            for error in errors:
+                _add(self.details, where, error)
+        self.rules = self.rules or other.rules
 
     def __bool__(self) -> bool:
-        return bool(self.type_errors or self.rule_errors)
+        return bool(self.details)
 
     def raise_if_any(self) -> None:
-        # Marathon reads the JSON first and validates only what it could read,
-        # so type errors win.
-        if self.type_errors:
-            raise ApiError(422, {"message": "Invalid JSON", "details": _details(self.type_errors)})
-        if self.rule_errors:
-            raise ApiError(422, {"message": "Object is not valid",
-                                 "details": _details(self.rule_errors)})
+        if self.details:
+            # Marathon calls a body with only type errors "Invalid JSON".
+            text = "Object is not valid" if self.rules else "Invalid JSON"
+            raise ApiError(422, {"message": text, "details": _details(self.details)})
 
 
 def _add(table: Dict[str, List[str]], path: str, text: str) -> None:

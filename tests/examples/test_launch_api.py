@@ -25,8 +25,9 @@ APP_IDS = ["/cognitive/docker/inference", "/cognitive/docker/training",
 def start_framework(master: str, state_dir, *extra: str) -> FrameworkService:
     parser = argparse.ArgumentParser()
     add_arguments(parser)
+    open_api = [] if "--http_credentials" in extra else ["--http_open"]   # launch.py's own tests
     args = parser.parse_args(["--master", master, "--state_dir", str(state_dir),
-                              "--http_port", "0", *extra])
+                              "--http_port", "0", *open_api, *extra])
     service = FrameworkService(args).start()
     assert service.scheduler.wait_subscribed(30), "the scheduler did not subscribe"
     return service

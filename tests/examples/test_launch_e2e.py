@@ -51,7 +51,7 @@ def api(agent, node, docker_engine, tmp_path_factory):
     image.build(docker_engine.host)             # the tag the app files name
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    args = parser.parse_args(["--master", agent.master, "--http_port", "0",
+    args = parser.parse_args(["--master", agent.master, "--http_port", "0", "--http_open",
                               "--state_dir", str(tmp_path_factory.mktemp("framework")),
                               "--agent_socket", str(node.socket),
                               "--docker_host", docker_engine.host, "--refuse_seconds", "1",

@@ -6,7 +6,8 @@ import time
 from pathlib import Path
 from typing import Iterable, Optional
 
-from framework.scheduler import GpuScheduler, TaskRecord
+from framework.scheduler import GpuScheduler
+from framework.task_record import TaskRecord
 
 VOLUME_LABEL = {"com.nvidia.volumes.needed": "nvidia_driver"}
 

@@ -14,7 +14,7 @@ def test_driver_restarts_back_off_while_the_master_is_unreachable(tmp_path, capl
     config = SchedulerConfig(master="no-such-master.invalid:5050", name="fw-backoff",
                              executor=ExecutorSettings(agent_socket=None))
     sched = GpuScheduler(config, StateStore(tmp_path / "state"))
-    caplog.set_level(logging.WARNING, logger="framework.scheduler")
+    caplog.set_level(logging.WARNING, logger="framework.driver_supervisor")
     sched.start()
     try:
         time.sleep(12)

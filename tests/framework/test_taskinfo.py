@@ -7,7 +7,8 @@ import pytest
 from framework import taskinfo
 from framework.executor.main import agent_api_path, container_id_for, kill_grace
 from framework.mesos_driver import SchedulerDriver, master_address
-from framework.scheduler import RetryPolicy, TaskRecord, attempt_task_id
+from framework.scheduler import RetryPolicy
+from framework.task_record import TaskRecord, attempt_task_id
 from framework.task_spec import TaskSpec
 
 

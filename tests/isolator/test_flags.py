@@ -84,20 +84,27 @@ def test_device_cgroup_choice_checked_against_the_host():
     ("k80", ["--resources=cpus:4;mem:1024;gpus:2",
              "--attributes=gpu_type:tesla_k80;gpu_model:tesla_k80;gpu_types:tesla_k80;"
              "gpu_memory_mb:12032;gpu_compute_capability:3.7;nvidia_driver:535.54.03;"
-             "cuda_driver:12.2"]),
+             "cuda_driver:12.2;"
+             "platform_features:nvidia-535-54/cuda-12-2/nv-compute-3-7/x86-64-v3/haswell"]),
     ("v100x8", ["--resources=cpus:4;mem:1024;gpus:8",
                 "--attributes=gpu_type:tesla_v100;gpu_model:tesla_v100_sxm2_16gb;"
                 "gpu_types:tesla_v100;gpu_memory_mb:16384;gpu_compute_capability:7.0;"
-                "nvidia_driver:535.54.03;cuda_driver:12.2"]),
+                "nvidia_driver:535.54.03;cuda_driver:12.2;"
+                "platform_features:nvidia-535-54/cuda-12-2/nv-compute-7-0/x86-64-v3/haswell"]),
     ("mixed", ["--resources=cpus:4;mem:1024;gpus:3",
                "--attributes=gpu_type:tesla_k80;gpu_model:tesla_k80;"
                "gpu_types:tesla_k80/tesla_v100;gpu_memory_mb:12032;"
-               "gpu_compute_capability:3.7;nvidia_driver:535.54.03;cuda_driver:12.2"]),
-    ("nolib", ["--resources=cpus:4;mem:1024;gpus:0"]),
+               "gpu_compute_capability:3.7;nvidia_driver:535.54.03;cuda_driver:12.2;"
+               "platform_features:nvidia-535-54/cuda-12-2/nv-compute-3-7/nv-compute-7-0/"
+               "x86-64-v3/haswell"]),
+    ("nolib", ["--resources=cpus:4;mem:1024;gpus:0",
+               "--attributes=platform_features:x86-64-v3/haswell"]),
 ])
 def test_agent_flags_output(mesos_gpu_cli, layout, expected):
     from localcluster import fake_nvml
+    from tests.isolator.test_platform_features import CPUINFO
     r = mesos_gpu_cli("agent", "flags", "--resources=cpus:4;mem:1024",
+                      "--cpuinfo", str(CPUINFO / "haswell-xeon-e5-2680v3"),
                       env=fake_nvml.layout(layout).env())
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == expected

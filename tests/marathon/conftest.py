@@ -6,6 +6,7 @@ framework` service (GPU scheduler registered with that master, app manager,
 HTTP server on a free port) on a state directory, stopped at the end.
 """
 import argparse
+import base64
 import time
 from typing import Callable, Iterator, List
 
@@ -58,5 +59,10 @@ def wait_for(predicate: Callable[[], object], timeout: float = 30.0, interval: f
         time.sleep(interval)
 
 
-def client_of(service: FrameworkService, **headers) -> Client:
+def client_of(service: FrameworkService, anonymous: bool = False, **headers) -> Client:
+    """A client of the service's API with its credentials (the ones it made in
+    its state dir by default), unless `anonymous` or other ones are given."""
+    if not anonymous and "Authorization" not in headers and service.auth.credentials:
+        token = base64.b64encode(service.auth.credentials.encode()).decode()
+        headers["Authorization"] = f"Basic {token}"
     return Client(service.http.url, headers or None)

@@ -13,7 +13,7 @@ def run(*args: str) -> subprocess.CompletedProcess:
 def test_help_explains_every_flag():
     out = run("framework", "--help").stdout
     for flag in ("--master", "--http_address", "--http_port", "--state_dir", "--http_credentials",
-                 "--http_token_file", "--allow_docker_parameters", "--max_body_bytes",
+                 "--http_token_file", "--http_open", "--allow_docker_parameters", "--max_body_bytes",
                  "--docker_host", "--refuse_seconds"):
         assert flag in out
     assert "127.0.0.1" in out

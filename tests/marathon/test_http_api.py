@@ -169,6 +169,8 @@ def test_updates_locks_and_force(api):
     assert api.patch("/v2/apps/missing", {"cpus": 1}).status == 404
     created = api.put("/v2/apps/newone", app("/ignored-id"))
     assert created.status == 201 and created.headers["location"] == "/newone"
+    wait_for(lambda: created.json["deploymentId"] not in
+             [p["id"] for p in api.get("/v2/deployments").json])     # no instances: done at once
     replaced = api.put("/v2/apps/newone?partialUpdate=false", {"args": ["sleep", "1"], "labels": {}})
     assert replaced.status == 200
     newone = api.get("/v2/apps/newone").json["app"]
@@ -180,12 +182,17 @@ def test_delete_restart_and_deployment_rollback(api):
     assert api.delete("/v2/apps/gone").json == {"message": "App '/gone' does not exist"}
     assert api.post("/v2/apps", app("/svc", instances=1, constraints=NEVER_PLACED)).status == 201
     plan = api.get("/v2/deployments").json[0]
-    assert plan["affectedApps"] == ["/svc"] and plan["totalSteps"] == 1
-    assert plan["steps"][0]["actions"][0] == {"action": "StartApplication", "app": "/svc"}
+    assert plan["affectedApps"] == ["/svc"] and plan["totalSteps"] == 2     # as Marathon:
+    assert [s["actions"] for s in plan["steps"]] == [                    # start with 0, then scale
+        [{"action": "StartApplication", "app": "/svc"}],
+        [{"action": "ScaleApplication", "app": "/svc"}]]
+    # started at once; scaling waits for an offer that never comes
+    wait_for(lambda: api.get("/v2/deployments").json[0]["currentStep"] == 2)
 
     rollback = api.delete(f"/v2/deployments/{plan['id']}")      # no force: roll back the create
     assert rollback.status == 200 and "deploymentId" in rollback.json
     wait_for(lambda: api.get("/v2/apps/svc").status == 404)
+    wait_for(lambda: api.get("/v2/deployments").json == [])      # the rollback is done
     assert api.delete("/v2/deployments/no-such-plan").json == {
         "message": "DeploymentPlan no-such-plan does not exist"}
 
@@ -232,7 +239,8 @@ def test_info_ping_and_unknown_routes(start_framework, tmp_path):
 def test_event_stream(api):
     sock = socket.create_connection((api.host, api.port), timeout=10)
     sock.sendall(b"GET /v2/events?event_type=api_post_event&event_type=deployment_info HTTP/1.1\r\n"
-                 b"Host: x\r\nAccept: text/event-stream\r\n\r\n")
+                 b"Host: x\r\nAccept: text/event-stream\r\n"
+                 + f"Authorization: {api.headers['Authorization']}\r\n\r\n".encode())
     received = b""
 
     def read():
@@ -263,7 +271,7 @@ def test_event_stream(api):
 def test_basic_auth_token_and_body_limit(start_framework, tmp_path):
     guarded = start_framework(tmp_path / "basic", "--http_credentials", "ops:s3cret",
                               "--max_body_bytes", "4096")
-    anonymous = client_of(guarded)
+    anonymous = client_of(guarded, anonymous=True)
     refused = anonymous.get("/v2/apps")
     assert refused.status == 401 and refused.json == {"message": "Invalid username or password."}
     assert "basic" in refused.headers["www-authenticate"].lower()
@@ -278,7 +286,7 @@ def test_basic_auth_token_and_body_limit(start_framework, tmp_path):
     token_file = tmp_path / "token"
     token_file.write_text("t0ken\n")
     tokened = start_framework(tmp_path / "token-state", "--http_token_file", str(token_file))
-    assert client_of(tokened).get("/v2/info").status == 401
+    assert client_of(tokened, anonymous=True).get("/v2/info").status == 401
     assert client_of(tokened, Authorization="Bearer t0ken").get("/v2/info").status == 200
     assert client_of(tokened, Authorization="Bearer t0ke").get("/v2/info").status == 401
 

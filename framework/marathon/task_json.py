@@ -1,0 +1,36 @@
+"""Marathon's task JSON (`/v2/tasks`, `/v2/apps/{id}/tasks`, embedded tasks),
+written from the framework's TaskRecord with every field of Marathon 1.10's
+`types/task.raml` Task it can fill: `role` (the role its resources were
+offered to), `region`/`zone` (from the agent's fault domain, when the agent
+has one), `healthCheckResults` and `localVolumes` (none: neither is supported
+here). `checkResult` is left out, as Marathon does for tasks without a check.
+A task still waiting for an offer (only a kill's answer shows one) is
+TASK_STAGING, the nearest state Mesos has."""
+from typing import Iterable
+
+from framework.constraints import REGION_FIELD, ZONE_FIELD
+from framework.task_record import STAGING, TaskRecord
+from framework.timestamps import format_timestamp
+
+DEFAULT_ROLE = "*"
+
+
+def task_json(task: TaskRecord, service_ports: Iterable[int] = (), with_gpus: bool = False) -> dict:
+    """`gpuUuids` and `imageVariant` only when asked for (clients that build
+    objects from every key must not see fields Marathon lacks)."""
+    out = {"id": task.id, "appId": task.app_id, "host": task.hostname or "",
+           "slaveId": task.agent_id or "", "state": STAGING if task.pending else task.state,
+           "stagedAt": format_timestamp(task.staged_at), "version": task.app_version,
+           "ports": [], "servicePorts": list(service_ports), "ipAddresses": [],
+           "healthCheckResults": [], "localVolumes": [], "role": task.role or DEFAULT_ROLE}
+    if task.started_at is not None:
+        out["startedAt"] = format_timestamp(task.started_at)
+    if REGION_FIELD in task.agent_fields:
+        out["region"] = task.agent_fields[REGION_FIELD]
+    if ZONE_FIELD in task.agent_fields:
+        out["zone"] = task.agent_fields[ZONE_FIELD]
+    if with_gpus:
+        out["gpuUuids"] = list(task.gpus)
+        if task.variant:
+            out["imageVariant"] = dict(task.variant)
+    return out

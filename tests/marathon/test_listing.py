@@ -1,0 +1,45 @@
+"""The fast listing answers exactly what the plain rendering does: the same
+JSON for idle apps (constant status text) and for apps with tasks, deployments
+and failures (written fresh), and it changes as soon as the registry does."""
+import json
+
+from framework.leadership import SingleInstance
+from framework.marathon.api_context import ApiContext
+from framework.marathon.app_model import read_app
+from framework.marathon.events import EventBus
+from framework.marathon.metrics import Metrics
+from framework.marathon.registry import Registry
+from framework.marathon.security import DockerPolicy
+from framework.marathon.validation import Violations
+from framework.state_store import StateStore
+from framework.task_record import TaskRecord
+from framework.task_spec import TaskSpec
+
+
+def test_listing_text_equals_the_plain_json(tmp_path):
+    registry = Registry(StateStore(tmp_path / "state"), EventBus())
+    context = ApiContext.build(registry, DockerPolicy(), dict, SingleInstance(lambda: "x"), Metrics())
+    for i in range(6):
+        app = read_app({"id": f"/g{i % 2}/a{i}", "cmd": "sleep 1", "instances": i}, Violations(),
+                       DockerPolicy())
+        context.apps.create(app, force=True)
+    with registry.lock:
+        registry.plans = {k: v for k, v in registry.plans.items()
+                          if "/g0/a2" in v["target"]}          # one app still deploying
+        registry.tasks["t1"] = TaskRecord(spec=TaskSpec(id="t1", app_id="/g1/a3", cmd="x"),
+                                          state="TASK_RUNNING", agent_id="a", hostname="h",
+                                          app_version="v")
+        registry.last_failure["/g1/a5"] = {"appId": "/g1/a5", "message": "boom"}
+        registry.touched()
+        apps = list(registry.apps.values())
+        for embeds in (set(), {"tasks"}, {"lastTaskFailure"}, {"failures", "counts"}):
+            fast = json.loads(context.view.list_text(apps, embeds, False))
+            plain = [context.view.app_json(a, embeds) for a in apps]
+            assert fast == plain, embeds
+        assert any(a["tasksRunning"] == 1 for a in fast)
+        assert any(a["deployments"] for a in fast)
+        assert any("lastTaskFailure" in a for a in fast)
+        first = context.view.answer(("k",), lambda: context.view.list_text(apps, set(), False))
+        assert context.view.answer(("k",), lambda: "changed?") == first      # kept ...
+        registry.touched()
+        assert context.view.answer(("k",), lambda: "rebuilt") == b"rebuilt"  # ... until a change
