@@ -78,6 +78,7 @@ def test_agent_unit_commands_start_a_ready_daemon(tmp_path, cgroups_root):
     device_nodes.make_device_nodes(tmp_path / "dev", [0, 1])
     env = {**os.environ, **lay.env(),
            "MESOS_RESOURCES": "cpus:2;mem:512", "MESOS_ATTRIBUTES": "rack:r1",
+           "MESOS_GPU_CPUINFO": str(REPO / "tests/isolator/cpuinfo/zen2-epyc-7742"),
            "MESOS_GPU_FLAGS": f"--dev_dir {tmp_path / 'dev'} --cgroups_root {cgroups_root} "
                               f"--docker_socket none --driver_root {driver_files.build()} "
                               f"--volume_root {tmp_path / 'volumes'} "
@@ -88,7 +89,7 @@ def test_agent_unit_commands_start_a_ready_daemon(tmp_path, cgroups_root):
         "MESOS_RESOURCES='cpus:2;mem:512;gpus:2'",
         "MESOS_ATTRIBUTES='rack:r1;gpu_type:tesla_k80;gpu_model:tesla_k80;gpu_types:tesla_k80;"
         f"gpu_memory_mb:12032;gpu_compute_capability:3.7;nvidia_driver:{driver_files.DRIVER_VERSION};"
-        "cuda_driver:12.2'"]
+        "cuda_driver:12.2;platform_features:nvidia-535-261/cuda-12-2/nv-compute-3-7/x86-64-v3/zen2'"]
     log = open(tmp_path / "daemon.log", "wb")
     daemon = subprocess.Popen(["sh", "-c", "exec " + cmd["ExecStart"][0]], env=env, stdout=log,
                               stderr=subprocess.STDOUT)

@@ -5,22 +5,25 @@ already has; the env form read by sh and fed to a real Mesos agent."""
 import subprocess
 
 from localcluster import driver_files, fake_nvml
+from tests.bed import REPO
 
+CPUINFO = REPO / "tests" / "isolator" / "cpuinfo" / "zen2-epyc-7742"     # a recorded CPU
 OURS = ("gpu_type:tesla_k80;gpu_model:tesla_k80;gpu_types:tesla_k80;gpu_memory_mb:12032;"
-        f"gpu_compute_capability:3.7;nvidia_driver:{driver_files.DRIVER_VERSION};cuda_driver:12.2")
+        f"gpu_compute_capability:3.7;nvidia_driver:{driver_files.DRIVER_VERSION};cuda_driver:12.2;"
+        "platform_features:nvidia-535-261/cuda-12-2/nv-compute-3-7/x86-64-v3/zen2")
 
 
 def k80_env():
     lay = fake_nvml.layout("k80")
     lay.name, lay.driver = "k80-flagfiles", driver_files.DRIVER_VERSION
-    return lay.env()
+    return {**lay.env(), "MESOS_GPU_CPUINFO": str(CPUINFO)}
 
 
 def test_flag_files_are_merged_not_replaced(mesos_gpu_cli, tmp_path):
     d = tmp_path / "mesos-slave"
     d.mkdir()
     (d / "resources").write_text("cpus:4;mem:8192;gpus:7\n")     # gpus:7 of an earlier run
-    (d / "attributes").write_text("rack:r1;gpu_type:old_gpu;zone:z\n")
+    (d / "attributes").write_text("rack:r1;gpu_type:old_gpu;zone:z;platform_features:x86-64-v1\n")
     (d / "isolation").write_text("filesystem/linux,cgroups/devices\n")  # another flag: untouched
     r = mesos_gpu_cli("agent", "flags", "--write_dir", str(d), env=k80_env())
     assert r.returncode == 0, r.stderr
@@ -44,10 +47,12 @@ def test_flag_directories_get_one_file_per_name(mesos_gpu_cli, tmp_path):
     assert (d / "resources" / "cpus").read_text() == "8\n"
     files = {f.name: f.read_text().strip() for f in (d / "attributes").iterdir()}
     assert files == {"rack": "r2", **dict(a.split(":", 1) for a in OURS.split(";"))}
-    # The GPUs are gone (gpus:0 asked): our attribute files go, the operator's stay.
+    # The GPUs are gone (gpus:0 asked): our GPU attribute files go, the operator's stay,
+    # the CPU's platform features stay without the GPU ones.
     r = mesos_gpu_cli("agent", "flags", "--write_dir", str(d), "--resources=gpus:0", env=k80_env())
     assert r.returncode == 0, r.stderr
-    assert sorted(f.name for f in (d / "attributes").iterdir()) == ["rack"]
+    assert sorted(f.name for f in (d / "attributes").iterdir()) == ["platform_features", "rack"]
+    assert (d / "attributes" / "platform_features").read_text() == "x86-64-v3/zen2\n"
     assert (d / "resources" / "gpus").read_text() == "0\n"
 
 
