@@ -184,15 +184,16 @@ def cmd_plugin(args) -> int:
         raise UserError(f"--root {args.root}: not a directory")
     builder.check_root(args.volume_root)
     plugin = VolumePlugin(version, args.root, args.volume_root)
-    server = PluginServer(plugin, args.socket_dir, args.name)
     stop = threading.Event()
 
     def on_signal(signum, _frame) -> None:
         log.info("%s received: stopping the volume plugin", signal.Signals(signum).name)
         stop.set()
 
+    # Before the socket exists: a signal as soon as it is there must stop cleanly too.
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    server = PluginServer(plugin, args.socket_dir, args.name)
     server.start()
     try:
         while not stop.wait(1.0):
