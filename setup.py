@@ -16,6 +16,8 @@ setup(
         "localcluster": ["mesos_local/*.py", "mesos_local/*.cpp", "mesos_local/*.sh",
                          "mesos_local/*.md", "mesos_local/scripts/*", "fake_nvml/*.c"],
         "localcluster.cognitive": ["apps/*.json"],
+        # the dashboard, served as it is (no build step)
+        "framework.ui": ["static/*.html", "static/*.css", "static/*.svg", "static/js/*.js"],
     },
     install_requires=[
         # pymesos 0.3.15 pins http-parser 0.9.0, whose C extension does not build
@@ -44,6 +46,8 @@ setup(
             # The example workload's model and its PTX check against NVIDIA's ptxas.
             "numpy>=1.24",
             "nvidia-cuda-nvcc-cu12>=12.0",
+            # The dashboard's tests drive Debian's chromium (install.sh) through chromedriver.
+            "selenium>=4.20",
         ],
     },
     entry_points={"console_scripts": ["mesos-gpu = mesos_gpu.main:main"]},

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
 from framework import taskinfo
+from framework.agent_inventory import AgentInventory
 from framework.constraints import offer_fields
 from framework.driver_supervisor import DriverSupervisor
 from framework.image_resolver import FAILED, READY, ImageResolver
@@ -90,6 +91,9 @@ class SchedulerConfig:
     gpu_scheduling: str = RESTRICTED
     refuse_seconds: float = 30.0     # filter on declined offers (revive clears it)
     reconcile_interval: float = 600.0
+    # while offers are suppressed, revive them this often so the agents that
+    # registered meanwhile are seen (framework.agent_inventory; 0: never)
+    agent_refresh_seconds: float = 60.0
     kill_resend_seconds: float = 10.0
     # heartbeat intervals without any event from the master before the driver
     # drops the stream and re-subscribes (framework.mesos_driver: 3 x 15 s)
@@ -146,6 +150,7 @@ class GpuScheduler:
         self._reconcile_retry_delay = RECONCILE_RETRY_SECONDS
         self._reconcile_retry_at = 0.0
         self._offers_seen: Counter = Counter()
+        self.agents = AgentInventory()      # what offers told of each agent (the dashboard's)
         self.variants = _resolver(config, self._variants_changed)
         self._recover()
 
@@ -288,6 +293,7 @@ class GpuScheduler:
     def resourceOffers(self, driver: SchedulerDriver, offers: list[dict]) -> None:
         with self._lock:
             self._offers_seen.update(o.get("hostname", "") for o in offers)
+            self.agents.saw_offers(offers, self._gpus_held())
             now = time.time()
             waiting = [r.spec for r in self._records.values()
                        if r.state == PENDING and r.not_before <= now and not r.kill_requested]
@@ -332,6 +338,7 @@ class GpuScheduler:
 
     def slaveLost(self, driver: SchedulerDriver, agent_id: Mapping) -> None:
         log.warning("agent %s lost", agent_id.get("value"))
+        self.agents.lost(agent_id.get("value", ""))
 
     def executorLost(self, driver: SchedulerDriver, executor_id: Mapping, agent_id: Mapping,
                      status: Any) -> None:
@@ -355,6 +362,14 @@ class GpuScheduler:
         pass
 
     # -- offers and launches ------------------------------------------------------------------------
+
+    def _gpus_held(self) -> Counter:
+        """agent id -> GPUs our launched tasks hold there."""
+        held: Counter = Counter()
+        for record in self._records.values():
+            if record.launched and record.agent_id and record.spec.gpus:
+                held[record.agent_id] += record.spec.gpus
+        return held
 
     def _placed_by_app(self) -> dict[str, list[dict[str, str]]]:
         placed: dict[str, list[dict[str, str]]] = {}
@@ -439,6 +454,7 @@ class GpuScheduler:
             record.gpus = [u for u in labels[taskinfo.GPUS_LABEL].split(",") if u]
         if status.get("agent_id"):
             record.agent_id = status["agent_id"]["value"]
+        self.agents.saw_gpus(record.agent_id, record.gpus)
         if state == RUNNING and record.started_at is None:
             record.started_at = time.time()
         record.reason = status.get("reason", "")
@@ -563,7 +579,10 @@ class GpuScheduler:
                      and now - r.kill_sent_at >= self.config.kill_resend_seconds]
             for record in kills:
                 record.kill_sent_at = now
-        if backoff_over:
+        refresh = (self._suppressed and self.config.agent_refresh_seconds > 0
+                   and self._subscribed.is_set()
+                   and now - self.agents.last_offer() >= self.config.agent_refresh_seconds)
+        if backoff_over or refresh:
             self._revive()
         for record in kills:
             log.info("re-sending kill for task %s", record.mesos_task_id)
@@ -586,6 +605,7 @@ class GpuScheduler:
             self._records[record.id] = record
             if record.mesos_task_id:
                 self._by_mesos_id[record.mesos_task_id] = record.id
+            self.agents.saw_gpus(record.agent_id, record.gpus)
         if self._records:
             launched = sum(r.launched for r in self._records.values())
             log.info("recovered %d task(s) from the store, %d launched", len(self._records),

@@ -53,3 +53,36 @@ def test_every_folder_of_python_modules_is_a_package(package):
                      if d.is_dir() and "mesos_local" not in d.parts and "__pycache__" not in
                      d.parts and any(d.glob("*.py")) and not (d / "__init__.py").exists())
     assert missing == []
+
+
+def _package_data() -> dict:
+    """setup.py's package_data, read without running setup()."""
+    tree = ast.parse((REPO / "setup.py").read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.keyword) and node.arg == "package_data":
+            return ast.literal_eval(node.value)
+    raise AssertionError("setup.py has no package_data")
+
+
+def test_every_data_file_of_a_package_ships():
+    """`pip install .` carries only the files package_data names: a file the
+    product reads at run time (the dashboard's pages, the fake NVML's source,
+    the example apps) must be matched by one of its package's patterns."""
+    from fnmatch import fnmatch
+    patterns = _package_data()
+    missing = []
+    for package in LAYERS:
+        for path in sorted((REPO / package).rglob("*")):
+            if not path.is_file() or path.suffix in (".py", ".pyc") or "__pycache__" in path.parts:
+                continue
+            # setuptools takes a pattern of the file's package or of any package above it
+            shipped = False
+            for owner in path.relative_to(REPO).parents:
+                if owner == Path(".") or not (REPO / owner / "__init__.py").exists():
+                    continue
+                inside = path.relative_to(REPO / owner).as_posix()
+                shipped = shipped or any(fnmatch(inside, p) and inside.count("/") == p.count("/")
+                                         for p in patterns.get(".".join(owner.parts), ()))
+            if not shipped:
+                missing.append(str(path.relative_to(REPO)))
+    assert missing == [], "not in setup.py's package_data:\n" + "\n".join(missing)

@@ -13,6 +13,7 @@ from framework.marathon.events import OVERFLOW, EventBus
 from framework.marathon.http_api import MarathonApi
 from framework.marathon.routing import Request, Response
 from framework.marathon.security import DEFAULT_MAX_BODY_BYTES, Authenticator
+from framework.ui.routes import is_public
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +92,8 @@ class MarathonHandler(BaseHTTPRequestHandler):
                 return
             request = Request.parse(method, self.path, body, self.headers.get("Accept", ""),
                                     self.client_address[0])
-            if request.path.rstrip("/") != "/ping" and not self.server.auth.allows(
-                    self.headers.get("Authorization")):
+            if request.path.rstrip("/") != "/ping" and not is_public(method, request.path) \
+                    and not self.server.auth.allows(self.headers.get("Authorization")):
                 self._send(Response(401, {"message": "Invalid username or password."},
                                     {"WWW-Authenticate": 'Basic realm="Mesosphere Marathon"'}))
                 return

@@ -26,6 +26,9 @@ from framework.marathon.reconciler import Reconciler
 from framework.marathon.registry import Registry
 from framework.marathon.server import MarathonHttpServer
 from framework.state_store import StateStore
+from framework.ui import routes as ui
+from framework.ui.nodes import NodesView
+from framework.ui.static_files import StaticFiles
 from isolator.api import DEFAULT_SOCKET as DEFAULT_AGENT_SOCKET
 from common import instance_lock
 from common.paths import first_missing
@@ -130,6 +133,9 @@ class FrameworkService:
             self.metrics = self._metrics()
             self.api = MarathonApi(ApiContext.build(self.registry, self.policy, self.info,
                                                     self.leadership, self.metrics))
+            ui.register(self.api.router, NodesView(self.registry,
+                                                   getattr(self.scheduler, "agents", None)),
+                        StaticFiles())
             try:
                 self.http = MarathonHttpServer((args.http_address, args.http_port), self.api,
                                                self.events, self.auth, args.max_body_bytes)
@@ -149,8 +155,9 @@ class FrameworkService:
         self.leadership.start()         # elected: the scheduler subscribes
         self.reconciler.start()
         self.http.start()
-        log.info("Marathon API on %s (%s; docker host-access parameters allowed: %s); "
-                 "master %s, state %s", self.http.url, self.auth.describe(),
+        log.info("Marathon API on %s (dashboard at %s/ui/; %s; docker host-access parameters "
+                 "allowed: %s); master %s, state %s", self.http.url, self.http.url,
+                 self.auth.describe(),
                  ",".join(sorted(self.policy.allowed)) or "none", self.args.master,
                  self.store.path)
         return self

@@ -1,0 +1,170 @@
+"""`GET /v1/nodes`: every agent the framework has seen, its GPUs and which task
+holds each one, for the dashboard's nodes view and for scripts.
+
+Read-only, built from what the framework already has: the agents seen in
+offers (framework.agent_inventory: attributes, GPU count, every GPU UUID a
+task was granted there) and the live task records (the registry's, with
+their granted GPU UUIDs). Nothing is invented: a free GPU whose UUID no task
+has reported is a tile without a UUID, and says so.
+
+    {"nodes": [{"id", "hostname", "state": "active" | "lost" | "tasks-only",
+                "gpuType", "gpuModel", "gpuTypes", "gpuMemoryMb",
+                "computeCapability", "nvidiaDriver", "cudaDriver",
+                "platformFeatures", "region", "zone", "attributes",
+                "firstSeen", "lastOfferAt", "lostAt", "offered",
+                "gpuCount", "gpusHeld", "gpusFree", "gpusUnhealthy",
+                "gpus": [{"uuid": "GPU-..." | null,
+                          "state": "held" | "free" | "unhealthy",
+                          "taskId", "appId", "taskState",        # held
+                          "health", "reason", "utilization",     # when the
+                          "memory": {"usedMb", "totalMb"}}]}],   #  node publishes
+     "generatedAt"}
+
+Per-GPU health and usage come from `gpu_details` when one is given: agent id
+-> {uuid: {"health", "reason", "utilization", "memory"}} (the agents' GPU
+health reaches the framework with issue 13's work); without it the tiles
+carry no such fields.
+"""
+import json
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+
+from framework.agent_inventory import AgentInventory, AgentSeen
+from framework.constraints import REGION_FIELD, ZONE_FIELD
+from framework.marathon.registry import Registry
+from framework.task_record import TaskRecord
+from framework.timestamps import format_timestamp
+from isolator.platform_features import ATTRIBUTE as PLATFORM_ATTRIBUTE
+
+GpuDetails = Callable[[], Mapping[str, Mapping[str, Mapping[str, Any]]]]
+DETAIL_FIELDS = ("health", "reason", "utilization", "memory")
+UNHEALTHY = "unhealthy"
+
+
+def _number(text: Optional[str]) -> Optional[float]:
+    try:
+        return float(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def _split(text: Optional[str]) -> List[str]:
+    return [part for part in (text or "").split("/") if part]
+
+
+class NodesView:
+    def __init__(self, registry: Registry, inventory: Optional[AgentInventory],
+                 gpu_details: Optional[GpuDetails] = None) -> None:
+        self.registry = registry
+        self.inventory = inventory or AgentInventory()
+        self.gpu_details = gpu_details
+        self._kept: Tuple[Any, bytes] = ((), b"")
+
+    def body(self) -> bytes:
+        """The answer as JSON bytes, built again only when something changed."""
+        details = self.gpu_details() if self.gpu_details else {}
+        with self.registry.lock:
+            key = (self.registry.generation, self.inventory.generation,
+                   json.dumps(details, sort_keys=True) if details else "")
+            if self._kept[0] == key:
+                return self._kept[1]
+            tasks = [t for t in self.registry.tasks.values() if t.launched]
+        body = json.dumps(self.build(self.inventory.agents(), tasks, details),
+                          separators=(",", ":")).encode()
+        self._kept = (key, body)
+        return body
+
+    def build(self, agents: List[AgentSeen], tasks: List[TaskRecord],
+              details: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> dict:
+        by_agent: Dict[str, List[TaskRecord]] = {}
+        for task in tasks:
+            if task.agent_id:
+                by_agent.setdefault(task.agent_id, []).append(task)
+        known = {a.agent_id: a for a in agents}
+        for agent_id, held in by_agent.items():
+            if agent_id not in known or not known[agent_id].hostname:
+                # seen only through its tasks so far (a restarted framework
+                # whose agents have not been offered again)
+                seen = known.get(agent_id)
+                task = held[0]
+                known[agent_id] = AgentSeen(agent_id, task.hostname or "", dict(task.agent_fields),
+                                            gpus=seen.gpus if seen else 0,
+                                            uuids=seen.uuids if seen else ())
+        nodes = [self._node(agent, by_agent.get(agent.agent_id, []),
+                            details.get(agent.agent_id, {}))
+                 for agent in known.values()]
+        nodes.sort(key=lambda n: (n["hostname"], n["id"]))
+        return {"nodes": nodes, "generatedAt": format_timestamp()}
+
+    def _node(self, agent: AgentSeen, tasks: List[TaskRecord],
+              details: Mapping[str, Mapping[str, Any]]) -> dict:
+        fields = agent.fields
+        attributes = {k: v for k, v in fields.items() if not k.startswith("@") and k != "hostname"}
+        memory = _number(attributes.get("gpu_memory_mb"))
+        tiles = self._tiles(agent, tasks, details)
+        if agent.lost_at is not None:
+            state = "lost"
+        elif agent.last_offer:
+            state = "active"
+        else:
+            state = "tasks-only"
+        return {
+            "id": agent.agent_id, "hostname": agent.hostname or fields.get("hostname", ""),
+            "state": state,
+            "gpuType": attributes.get("gpu_type"), "gpuModel": attributes.get("gpu_model"),
+            "gpuTypes": _split(attributes.get("gpu_types")),
+            "gpuMemoryMb": int(memory) if memory is not None else None,
+            "computeCapability": attributes.get("gpu_compute_capability"),
+            "nvidiaDriver": attributes.get("nvidia_driver"),
+            "cudaDriver": attributes.get("cuda_driver"),
+            "platformFeatures": _split(attributes.get(PLATFORM_ATTRIBUTE)),
+            "region": fields.get(REGION_FIELD), "zone": fields.get(ZONE_FIELD),
+            "attributes": attributes,
+            "firstSeen": format_timestamp(agent.first_seen) if agent.first_seen else None,
+            "lastOfferAt": format_timestamp(agent.last_offer) if agent.last_offer else None,
+            "lostAt": format_timestamp(agent.lost_at) if agent.lost_at else None,
+            "offered": agent.offered,
+            "gpuCount": len(tiles),
+            "gpusHeld": sum(1 for t in tiles if t["state"] == "held"),
+            "gpusFree": sum(1 for t in tiles if t["state"] == "free"),
+            "gpusUnhealthy": sum(1 for t in tiles if t.get("health") == UNHEALTHY),
+            "gpus": tiles,
+        }
+
+    @staticmethod
+    def _tiles(agent: AgentSeen, tasks: List[TaskRecord],
+               details: Mapping[str, Mapping[str, Any]]) -> List[dict]:
+        """One tile per GPU: the known UUIDs in the order first seen, then the
+        GPUs of tasks whose UUIDs are not reported yet, then free GPUs no task
+        has had (no UUID)."""
+        holder: Dict[str, TaskRecord] = {}
+        unreported: List[TaskRecord] = []
+        for task in tasks:
+            for uuid in task.gpus:
+                holder[uuid] = task
+            unreported += [task] * max(0, task.spec.gpus - len(task.gpus))
+        uuids = list(dict.fromkeys(list(agent.uuids) + list(holder) + list(details)))
+        tiles: List[dict] = []               # the known GPUs, in the order first seen
+        for uuid in uuids:
+            tile: Dict[str, Any] = {"uuid": uuid}
+            tile.update({k: details[uuid][k] for k in DETAIL_FIELDS
+                         if k in details.get(uuid, {})})
+            task = holder.get(uuid)
+            if task is not None:
+                tile.update(state="held", taskId=task.id, appId=task.app_id, taskState=task.state)
+            elif tile.get("health") == UNHEALTHY:
+                tile["state"] = UNHEALTHY
+            else:
+                tile["state"] = "free"
+            tiles.append(tile)
+        tiles += [{"uuid": None, "state": "held", "taskId": task.id, "appId": task.app_id,
+                   "taskState": task.state} for task in unreported]
+        known_free = sum(1 for t in tiles if t["state"] == "free")
+        free = max(0, agent.gpus - (len(tiles) - known_free))
+        if known_free > free:
+            # more GPUs known than free ones counted (some are used outside this
+            # framework): which ones are free cannot be told
+            tiles = [t for t in tiles if t["state"] != "free"]
+        else:
+            free -= known_free
+        tiles += [{"uuid": None, "state": "free"} for _ in range(free)]
+        return tiles

@@ -1,0 +1,59 @@
+"""The dashboard's routes on the API's listener:
+
+- `GET /` and `GET /ui`: redirect to `/ui/` (Marathon's UI lives there too);
+- `GET /ui/` and `GET /ui/<file>`: the page and its files;
+- `GET /v1/nodes`: the nodes and their GPUs (framework/ui/nodes.py).
+
+The page and its files hold no data: they are served without credentials
+(`is_public`), and the page asks for the API's credentials before it shows
+anything; every piece of data it reads (`/v1/nodes`, `/v2/...`) needs them, as
+any API client does. `/v1/nodes` is outside `/v2`, Marathon's published surface.
+"""
+import re
+
+from framework.marathon.routing import Request, Response, Router
+from framework.marathon.validation import message
+from framework.ui.nodes import NodesView
+from framework.ui.static_files import INDEX, StaticFiles
+
+SEGMENT = r"[A-Za-z0-9_-][A-Za-z0-9_.-]*"          # never '.' or '..'
+_PUBLIC = re.compile(rf"/(?:ui(?:/(?:{SEGMENT}/)*(?:{SEGMENT})?)?)?")
+NODES_PATH = "/v1/nodes"
+
+
+def is_public(method: str, path: str) -> bool:
+    """The page, its files and the redirects to them: served to anyone."""
+    return method in ("GET", "HEAD") and _PUBLIC.fullmatch(path) is not None
+
+
+def register(router: Router, nodes: NodesView, static: StaticFiles) -> None:
+    ui = UiResource(nodes, static)
+    router.add(r"/", GET=ui.to_page)
+    router.add(r"/ui", GET=ui.page)
+    router.add(rf"/ui/(?P<name>(?:{SEGMENT}/)*{SEGMENT})", GET=ui.file)
+    router.add(NODES_PATH, GET=ui.nodes)
+
+
+class UiResource:
+    def __init__(self, nodes: NodesView, static: StaticFiles) -> None:
+        self._nodes = nodes
+        self._static = static
+
+    def to_page(self, r: Request) -> Response:
+        # relative, so a proxy that serves the API under a prefix keeps it
+        return Response(302, b"", {"Location": "ui/"})
+
+    def page(self, r: Request) -> Response:
+        if not r.path.endswith("/"):         # relative file names need the slash
+            return Response(301, b"", {"Location": "ui/"})
+        return self.file(r, INDEX)
+
+    def file(self, r: Request, name: str) -> Response:
+        found = self._static.get(name)
+        if found is None:
+            raise message(404, "URI not found")
+        return Response(200, found.data, found.headers())
+
+    def nodes(self, r: Request) -> Response:
+        return Response(200, self._nodes.body(), {"Content-Type": "application/json",
+                                                  "Cache-Control": "no-store"})

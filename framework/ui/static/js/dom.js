@@ -1,0 +1,60 @@
+// Building the page from data without ever parsing data as markup: every
+// string lands in a text node or an attribute.
+
+export function h(tag, attributes = {}, ...children) {
+  const element = document.createElement(tag);
+  for (const [name, value] of Object.entries(attributes || {})) {
+    if (value === undefined || value === null || value === false) continue;
+    if (name === "class") element.className = value;
+    else if (name === "dataset") Object.assign(element.dataset, value);
+    else if (name.startsWith("on") && typeof value === "function") {
+      element.addEventListener(name.slice(2), value);
+    } else if (value === true) element.setAttribute(name, "");
+    else element.setAttribute(name, String(value));
+  }
+  append(element, children);
+  return element;
+}
+
+function append(element, children) {
+  for (const child of children.flat(Infinity)) {
+    if (child === undefined || child === null || child === false) continue;
+    element.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+}
+
+// Replace a region's content, keeping keyboard focus on the element with the
+// same data-key (a refresh must not throw the user's place away).
+export function replace(region, ...children) {
+  const active = document.activeElement;
+  const key = active && region.contains(active) ? active.dataset.key : undefined;
+  region.replaceChildren();
+  append(region, children);
+  if (key) {
+    const again = region.querySelector(`[data-key="${CSS.escape(key)}"]`);
+    if (again) again.focus({ preventScroll: true });
+  }
+}
+
+export function time(iso) {
+  if (!iso) return "—";
+  const when = new Date(iso);
+  return h("time", { datetime: iso, title: when.toLocaleString() }, ago(when));
+}
+
+export function ago(when) {
+  const seconds = Math.round((Date.now() - when.getTime()) / 1000);
+  if (seconds < 5) return "just now";
+  if (seconds < 90) return `${seconds} s ago`;
+  if (seconds < 90 * 60) return `${Math.round(seconds / 60)} min ago`;
+  if (seconds < 36 * 3600) return `${Math.round(seconds / 3600)} h ago`;
+  return when.toLocaleDateString();
+}
+
+export function shortUuid(uuid) {
+  return uuid && uuid.length > 14 ? `${uuid.slice(0, 12)}…` : uuid;
+}
+
+export function plural(count, word, many = `${word}s`) {
+  return `${count} ${count === 1 ? word : many}`;
+}

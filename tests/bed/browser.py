@@ -1,0 +1,75 @@
+"""Debian's Chromium, headless, driven through Debian's chromedriver and the
+`selenium` package (installed by install.sh), for the dashboard's tests.
+
+The flags are the ones this machine needs: root (--no-sandbox), no GPU, and
+no background connections (the network is closed: Chromium would try
+Google's hosts at every start). Each browser gets an empty profile of its own.
+"""
+import shutil
+import tempfile
+import time
+from typing import Callable, Optional
+
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--disable-dev-shm-usage", "--disable-extensions", "--hide-scrollbars")
+
+
+class Browser:
+    """A started headless Chromium (`.driver` is the selenium WebDriver)."""
+
+    def __init__(self, width: int = 1280, height: int = 900) -> None:
+        for path in (CHROMIUM, CHROMEDRIVER):
+            if not shutil.which(path):
+                raise RuntimeError(f"{path} is missing: run ./install.sh (Debian's chromium "
+                                   f"and chromium-driver)")
+        self.profile = tempfile.mkdtemp(prefix="mgpu-chromium-")
+        options = webdriver.ChromeOptions()
+        options.binary_location = CHROMIUM
+        for flag in FLAGS:
+            options.add_argument(flag)
+        options.add_argument(f"--user-data-dir={self.profile}")
+        options.add_argument(f"--window-size={width},{height}")
+        options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+        self.driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+        self.driver.set_page_load_timeout(30)
+
+    def size(self, width: int, height: int) -> None:
+        self.driver.set_window_size(width, height)
+
+    def console_errors(self) -> list:
+        """Console errors since the last call (a failed request the page
+        expects, such as a 401 before signing in, is filtered by the caller)."""
+        return [e for e in self.driver.get_log("browser") if e["level"] == "SEVERE"]
+
+    def wait(self, predicate: Callable[[], object], timeout: float = 30.0,
+             what: Optional[str] = None):
+        deadline = time.monotonic() + timeout
+        last_error = None
+        while time.monotonic() < deadline:
+            try:
+                value = predicate()
+                if value:
+                    return value
+            except Exception as e:  # noqa: BLE001 - the page is changing under us
+                last_error = e
+            time.sleep(0.1)
+        raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}"
+                             f"{f' (last error: {last_error})' if last_error else ''}")
+
+    def close(self) -> None:
+        try:
+            self.driver.quit()
+        finally:
+            shutil.rmtree(self.profile, ignore_errors=True)
+
+    def __enter__(self) -> "Browser":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
