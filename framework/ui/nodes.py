@@ -47,6 +47,12 @@ def _number(text: Optional[str]) -> Optional[float]:
         return None
 
 
+def _capability(text: Optional[str]) -> Optional[str]:
+    """"7" (Mesos writes the scalar attribute 7.0 so) as "7.0"."""
+    number = _number(text)
+    return f"{number:.1f}" if number is not None and text and "." not in text else text
+
+
 def _split(text: Optional[str]) -> List[str]:
     return [part for part in (text or "").split("/") if part]
 
@@ -113,7 +119,7 @@ class NodesView:
             "gpuType": attributes.get("gpu_type"), "gpuModel": attributes.get("gpu_model"),
             "gpuTypes": _split(attributes.get("gpu_types")),
             "gpuMemoryMb": int(memory) if memory is not None else None,
-            "computeCapability": attributes.get("gpu_compute_capability"),
+            "computeCapability": _capability(attributes.get("gpu_compute_capability")),
             "nvidiaDriver": attributes.get("nvidia_driver"),
             "cudaDriver": attributes.get("cuda_driver"),
             "platformFeatures": _split(attributes.get(PLATFORM_ATTRIBUTE)),

@@ -13,6 +13,7 @@ export function create(main, { appId }) {
   replace(main, region);
   const base = `v2/apps${appPath(appId)}`;
   let app = null;
+  let typed = null;          // instances typed but not applied yet: kept over refreshes
 
   async function act(what, method, path, body, after) {
     try {
@@ -43,7 +44,10 @@ export function create(main, { appId }) {
       text: `Scale ${appId} from ${app.instances} to ${plural(to, "instance")}` +
         (app.gpus ? ` (${plural(to * app.gpus, "GPU")} in all)?` : "?"),
       action: `Scale to ${to}`, danger: to < app.instances });
-    if (ok) act(`Scaling ${appId} to ${to}`, "PUT", base, { instances: to });
+    if (ok) {
+      typed = null;
+      act(`Scaling ${appId} to ${to}`, "PUT", base, { instances: to });
+    }
   }
 
   async function restart() {
@@ -80,8 +84,9 @@ export function create(main, { appId }) {
 
   function draw(tasks, deployments) {
     const [kind, word] = status(app);
-    const count = h("input", { id: "scale-to", type: "number", min: "0", step: "1", value: String(app.instances),
-      "aria-label": "Instances", class: "narrow" });
+    const count = h("input", { id: "scale-to", type: "number", min: "0", step: "1",
+      value: typed === null ? String(app.instances) : typed, class: "narrow", dataset: { key: "scale-to" },
+      oninput: (event) => { typed = event.target.value; } });
     const failure = app.lastTaskFailure;
     replace(region,
       h("p", { class: "crumbs" }, h("a", { href: "#/apps" }, "Apps"), " / "),

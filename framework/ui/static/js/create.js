@@ -77,7 +77,7 @@ function field(id, label, input, hint) {
   input.id = `field-${id}`;
   const error = h("p", { id: `error-${id}`, class: "field-error", role: "alert", hidden: true });
   input.setAttribute("aria-describedby", `error-${id}${hint ? ` hint-${id}` : ""}`);
-  return h("div", { class: "field", dataset: { field: id } },
+  return h("div", { class: `field${input.tagName === "TEXTAREA" ? " wide" : ""}`, dataset: { field: id } },
     h("label", { for: input.id }, label), input,
     hint ? h("p", { id: `hint-${id}`, class: "hint" }, hint) : null, error);
 }
@@ -173,12 +173,12 @@ function gpuForm(showJson) {
       field("id", "App ID", inputs.id),
       field("type", "Container", inputs.type),
       field("image", "Image", inputs.image, "Docker image; optional for a Mesos container"),
+      field("cmd", "Command", inputs.cmd),
       field("gpus", "GPUs per instance", inputs.gpus),
       field("gpuType", "GPU type", inputs.gpuType, "an agent's gpu_type, e.g. tesla_v100; empty: any"),
       field("instances", "Instances", inputs.instances),
       field("cpus", "CPUs", inputs.cpus),
       field("mem", "Memory (MiB)", inputs.mem)),
-    field("cmd", "Command", inputs.cmd),
     types, others,
     h("div", { class: "buttons" }, submit,
       h("button", { type: "button", id: "form-as-json", onclick: () => showJson(body()) }, "Edit as JSON")));
@@ -193,6 +193,8 @@ function jsonEditor(editId) {
   const area = h("textarea", { id: "json-text", class: "code", wrap: "off", spellcheck: "false",
     "aria-label": "App definition (JSON)", "aria-describedby": "json-errors", rows: "22" });
   const gutter = h("div", { class: "gutter", "aria-hidden": "true" });
+  // the problems again, each on the level of its line, right of the text
+  const notes = h("div", { class: "notes", "aria-hidden": "true" });
   const errors = h("ul", { id: "json-errors", class: "errors", "aria-live": "polite" });
   const submit = h("button", { type: "submit", class: "primary", id: "json-submit" }, editId ? "Save" : "Create");
   let marks = new Map();                       // line -> messages
@@ -204,7 +206,11 @@ function jsonEditor(editId) {
       return h("div", { class: messages ? "bad" : "", title: messages ? messages.join("\n") : null },
         messages ? `● ${k + 1}` : String(k + 1));
     }));
-    gutter.scrollTop = area.scrollTop;
+    notes.replaceChildren(...Array.from({ length: lines }, (_, k) => {
+      const messages = marks.get(k + 1);
+      return h("div", { class: messages ? "bad" : "" }, messages ? messages.join("; ") : "");
+    }));
+    gutter.scrollTop = notes.scrollTop = area.scrollTop;
   }
 
   function goTo(line) {
@@ -226,7 +232,7 @@ function jsonEditor(editId) {
   }
 
   area.addEventListener("input", () => { if (marks.size) { marks = new Map(); } drawGutter(); });
-  area.addEventListener("scroll", () => { gutter.scrollTop = area.scrollTop; });
+  area.addEventListener("scroll", () => { gutter.scrollTop = notes.scrollTop = area.scrollTop; });
 
   const editorApi = {
     loaded: false,
@@ -274,7 +280,7 @@ function jsonEditor(editId) {
           submit.disabled = false;
         }
       } },
-      h("div", { class: "editor" }, gutter, area),
+      h("div", { class: "editor" }, gutter, area, notes),
       h("div", { class: "buttons" }, submit,
         editId ? null : h("button", { type: "button", id: "json-template", onclick: () => editorApi.set(TEMPLATE) }, "GPU app template")),
       h("h2", { class: "visually-hidden" }, "Problems"), errors),

@@ -2,7 +2,7 @@
 // The confirmation is a modal <dialog>: focus moves into it (onto Cancel, the
 // safe choice), Tab stays inside, Escape cancels, Enter on a button chooses it.
 
-import { h } from "./dom.js";
+import { byKey, h } from "./dom.js";
 
 const dialog = () => document.getElementById("confirm");
 
@@ -11,6 +11,7 @@ const dialog = () => document.getElementById("confirm");
 export function confirmAction({ title, text, action, extra = [], danger = true }) {
   const box = dialog();
   const returnFocus = document.activeElement;
+  const returnKey = returnFocus && returnFocus.dataset ? returnFocus.dataset.key : undefined;
   document.getElementById("confirm-title").textContent = title;
   document.getElementById("confirm-text").textContent = text;
   document.getElementById("confirm-extra").replaceChildren(...extra);
@@ -20,7 +21,9 @@ export function confirmAction({ title, text, action, extra = [], danger = true }
   box.returnValue = "";
   return new Promise((resolve) => {
     box.addEventListener("close", () => {
-      if (returnFocus && document.contains(returnFocus)) returnFocus.focus();
+      // the page may have been drawn again meanwhile: the same control, new element
+      const back = returnFocus && document.contains(returnFocus) ? returnFocus : byKey(returnKey);
+      if (back) back.focus();
       resolve(box.returnValue === "ok");
     }, { once: true });
     box.showModal();

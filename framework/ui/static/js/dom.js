@@ -23,17 +23,30 @@ function append(element, children) {
   }
 }
 
-// Replace a region's content, keeping keyboard focus on the element with the
-// same data-key (a refresh must not throw the user's place away).
+// Replace a region's content, keeping keyboard focus (and what is being
+// typed) on the element with the same data-key: a refresh must not throw the
+// user's place away.
 export function replace(region, ...children) {
   const active = document.activeElement;
   const key = active && region.contains(active) ? active.dataset.key : undefined;
+  const typing = key && "value" in active && active.tagName !== "BUTTON"
+    ? { value: active.value, start: active.selectionStart, end: active.selectionEnd } : null;
   region.replaceChildren();
   append(region, children);
   if (key) {
-    const again = region.querySelector(`[data-key="${CSS.escape(key)}"]`);
-    if (again) again.focus({ preventScroll: true });
+    const again = byKey(key, region);
+    if (again) {
+      if (typing) {
+        again.value = typing.value;
+        try { again.setSelectionRange(typing.start, typing.end); } catch { /* not a text field */ }
+      }
+      again.focus({ preventScroll: true });
+    }
   }
+}
+
+export function byKey(key, within = document) {
+  return key ? within.querySelector(`[data-key="${CSS.escape(key)}"]`) : null;
 }
 
 export function time(iso) {
@@ -51,8 +64,12 @@ export function ago(when) {
   return when.toLocaleDateString();
 }
 
+// "GPU-8a3b2c1d-…-4f2e": the first group and the last four digits, which
+// tell a node's GPUs apart (the whole UUID is in the title).
 export function shortUuid(uuid) {
-  return uuid && uuid.length > 14 ? `${uuid.slice(0, 12)}…` : uuid;
+  if (!uuid || uuid.length <= 20) return uuid;
+  const first = uuid.indexOf("-", uuid.indexOf("-") + 1);
+  return `${uuid.slice(0, first > 0 ? first : 12)}…${uuid.slice(-4)}`;
 }
 
 export function plural(count, word, many = `${word}s`) {

@@ -96,6 +96,7 @@ export function lineOfPath(text, places, path) {
 // Play JSON's codes in words (the code stays beside them).
 const WORDS = {
   "error.expected.jsnumber": "must be a number",
+  "error.expected.int": "must be a whole number",
   "error.expected.jsstring": "must be a string",
   "error.expected.jsobject": "must be an object",
   "error.expected.jsarray": "must be a list",

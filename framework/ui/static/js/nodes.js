@@ -103,7 +103,7 @@ function tile(gpu, index) {
   } else {
     label.push("free");
     body.push(h("span", { class: "state-word" }, "free"));
-    if (!gpu.uuid) body.push(h("span", { class: "note" }, "UUID unknown until a task runs on it"));
+    if (!gpu.uuid) body.push(h("span", { class: "note" }, "UUID not known yet"));
   }
   if (gpu.health && gpu.health !== "healthy" && gpu.health !== "unhealthy") {
     body.push(h("span", { class: "note" }, gpu.health));

@@ -1,0 +1,441 @@
+"""The dashboard in a real browser (Debian's Chromium, headless, through
+chromedriver and selenium) against the framework on the real bed: a real
+Mesos 1.11 master, two simulated GPU nodes (eight V100s, a K80 board) with
+the real agent daemon, our executor and the real Docker engine
+(tests/ui/gpu_bed.py).
+
+- With credentials on (the default) the page asks for them and shows nothing
+  of the cluster without them; wrong ones are refused.
+- From the page: create a 1-GPU app with the form, see its task appear with
+  its GPU's UUID on the right node's tile; scale it to 2 and see a second GPU
+  taken; kill a task (confirmed; cancel does nothing) and see it replaced;
+  delete the app and see every GPU free — all live, without a reload.
+- The JSON editor puts the API's 422 details beside the lines they name; the
+  form puts them under its fields.
+- A lost event stream is said on the page and comes back by itself after the
+  framework restarts; what changed meanwhile is shown.
+- Keyboard: every action is reachable with Tab, the confirmation takes
+  Escape and Enter; 1280 px and phone widths need no sideways scrolling.
+
+Screenshots of the pages go to build/screenshots/ ($MESOS_GPU_SCREENSHOTS),
+for the README."""
+import base64
+import os
+import time
+from pathlib import Path
+
+import pytest
+from selenium.webdriver.common.action_chains import ActionChains
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+
+from tests.bed import REPO
+from tests.bed.browser import Browser
+from tests.marathon.conftest import wait_for
+from tests.ui.gpu_bed import GpuBed
+
+SCREENSHOTS = Path(os.environ.get("MESOS_GPU_SCREENSHOTS", REPO / "build" / "screenshots"))
+AUTH_KEY = "mesos-gpu.authorization"
+PHONE = (390, 844)
+DESKTOP = (1280, 900)
+
+
+@pytest.fixture(scope="module")
+def bed(mesos_prefix, docker_engine, tmp_path_factory):
+    with GpuBed(docker_engine, tmp_path_factory.mktemp("dashboard") / "state") as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with Browser(*DESKTOP) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def image(busybox_image):
+    return busybox_image()
+
+
+# -- helpers -------------------------------------------------------------------------------
+def css(browser, selector):
+    return browser.driver.find_elements(By.CSS_SELECTOR, selector)
+
+
+def one(browser, selector, timeout=30):
+    return browser.wait(lambda: css(browser, selector) and css(browser, selector)[0],
+                        timeout, f"an element {selector!r}")
+
+
+def signed_in(browser, bed, fragment="#/nodes"):
+    """Open the page with the API's credentials in the tab's session (the
+    sign-in form itself is tested in test_the_page_asks_for_credentials...)."""
+    driver = browser.driver
+    driver.get(f"{bed.url}/ui/")
+    # the page has decided (signed in from an earlier test, or asking)
+    browser.wait(lambda: css(browser, "form.login") or
+                 one(browser, "#live").get_attribute("data-state") == "live", 30, "the page")
+    token = "Basic " + base64.b64encode(bed.credentials.encode()).decode()
+    driver.execute_script("sessionStorage.setItem(arguments[0], arguments[1])", AUTH_KEY, token)
+    driver.get(f"{bed.url}/ui/{fragment}")
+    driver.refresh()
+    wait_live(browser)
+    wait_loaded(browser)
+
+
+def wait_live(browser, timeout=30):
+    try:
+        browser.wait(lambda: one(browser, "#live").get_attribute("data-state") == "live", timeout,
+                     "the live stream")
+    except AssertionError as e:
+        raise AssertionError(f"{e}; the page says: {one(browser, 'body').text[:500]!r}, "
+                             f"console: {browser.console_errors()}") from None
+
+
+def wait_loaded(browser, since=0):
+    browser.wait(lambda: int(one(browser, "main").get_attribute("data-loaded") or 0) > since,
+                 30, "the section's data")
+
+
+def go(browser, fragment):
+    before = int(one(browser, "main").get_attribute("data-loaded") or 0)
+    browser.driver.execute_script("location.hash = arguments[0]", fragment)
+    wait_loaded(browser, before)
+
+
+def click(browser, selector):
+    """Click it, again if the page drew it anew in between (a live refresh)."""
+    browser.wait(lambda: one(browser, selector).click() or True, 30, f"a click on {selector!r}")
+
+
+def type_into(browser, selector, text):
+    def attempt():
+        field = one(browser, selector)
+        field.clear()
+        field.send_keys(text)
+        return field.get_attribute("value") == text
+    browser.wait(attempt, 30, f"{text!r} in {selector!r}")
+
+
+def tiles(browser, host=None):
+    """The GPU tiles shown (all nodes' or one's): uuid -> data-* (read at once)."""
+    return {t["uuid"] or f"#{n}": t for n, t in enumerate(browser.driver.execute_script(
+        "return [...document.querySelectorAll(arguments[0])].map(t => ({...t.dataset}))",
+        f'section.node[data-hostname="{host}"] li.tile' if host else "li.tile"))}
+
+
+def api_tasks(bed, app_id):
+    reply = bed.api().get(f"/v2/apps{app_id}/tasks?gpus=true")
+    assert reply.status == 200, reply.json
+    return reply.json["tasks"]
+
+
+def running(bed, app_id, count):
+    tasks = api_tasks(bed, app_id)
+    ok = len(tasks) == count and all(t["state"] == "TASK_RUNNING" and t["gpuUuids"] for t in tasks)
+    return tasks if ok else None
+
+
+def task_rows(browser):
+    """The app page's tasks: task id -> (its GPU UUIDs, its row's text)."""
+    return {row["task"]: (row["uuids"], row["text"]) for row in browser.driver.execute_script(
+        "return [...document.querySelectorAll('table.tasks tbody tr')].map(r => ({task: r.dataset.task,"
+        " text: r.innerText, uuids: [...r.querySelectorAll('code[data-uuid]')].map(c => c.dataset.uuid)}))")}
+
+
+def confirm(browser, choice="ok"):
+    dialog = one(browser, "dialog#confirm[open]")
+    text = dialog.text
+    one(browser, f"#confirm-{choice}").click()
+    browser.wait(lambda: not css(browser, "dialog#confirm[open]"), 10, "the dialog to close")
+    return text
+
+
+def screenshot(browser, name, size=DESKTOP):
+    """The whole page at this width (the window grows to the page's height)."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    driver = browser.driver
+    driver.set_window_size(size[0], size[1])
+    height = driver.execute_script("return document.documentElement.scrollHeight")
+    driver.set_window_size(size[0], min(max(height + 20, size[1]), 3000))
+    time.sleep(0.3)
+    path = SCREENSHOTS / f"{name}.png"
+    driver.save_screenshot(str(path))
+    driver.set_window_size(*DESKTOP)
+    assert path.stat().st_size > 10_000
+    return path
+
+
+def no_sideways_scroll(browser):
+    return browser.driver.execute_script(
+        "return document.documentElement.scrollWidth <= window.innerWidth")
+
+
+def console_errors(browser):
+    """Console errors, but the answers the page expects and shows: the 401 of a
+    signed-out page, the 422 of a refused body."""
+    return [e for e in browser.console_errors()
+            if not (e["source"] == "network" and ("status of 401" in e["message"]
+                                                   or "status of 422" in e["message"]))]
+
+
+# -- tests -----------------------------------------------------------------------------------
+def test_the_page_asks_for_credentials_and_shows_nothing_without(bed, browser):
+    driver = browser.driver
+    driver.get(f"{bed.url}/")                            # / leads a browser to the page
+    driver.execute_script("sessionStorage.clear()")
+    driver.refresh()
+    assert driver.current_url == f"{bed.url}/ui/"
+    form = one(browser, "form.login")
+    assert not css(browser, "section.node") and one(browser, "#nav").get_attribute("hidden")
+    page = driver.page_source
+    assert "v100-node" not in page and "k80-node" not in page and "GPU-" not in page
+    assert driver.switch_to.active_element.get_attribute("id") == "login-password"
+    screenshot(browser, "sign-in")
+
+    one(browser, "#login-password").send_keys("not-the-password" + Keys.ENTER)
+    error = one(browser, "#login-error")
+    browser.wait(lambda: error.is_displayed(), 10, "the refusal")
+    assert "Invalid username or password" in error.text
+    assert "v100-node" not in driver.page_source and form.is_displayed()
+    assert driver.execute_script("return sessionStorage.length") == 0
+
+    password = bed.credentials.split(":", 1)[1]
+    field = one(browser, "#login-password")
+    field.clear()
+    field.send_keys(password + Keys.ENTER)
+    browser.wait(lambda: len(css(browser, "section.node")) == 2, 30, "both nodes")
+    assert {n.get_attribute("data-hostname") for n in css(browser, "section.node")} == \
+        {"v100-node", "k80-node"}
+    assert not one(browser, "#nav").get_attribute("hidden")
+    wait_live(browser)
+    assert console_errors(browser) == []
+
+
+def test_create_scale_kill_and_delete_from_the_page(bed, browser, image):
+    app_id = "/ui/infer"
+    v100 = {g.uuid for g in bed.nodes["v100-node"].layout.gpus}
+    signed_in(browser, bed, "#/create")
+    driver = browser.driver
+    driver.execute_script("window.notReloaded = true")  # gone if the page ever reloads
+
+    # -- create a 1-GPU app with the form -------------------------------------------------
+    for name, value in (("id", app_id), ("image", image), ("cmd", "sleep 600"), ("gpus", "1"),
+                        ("gpuType", "tesla_v100"), ("cpus", "0.1"), ("mem", "32")):
+        type_into(browser, f"#field-{name}", value)
+    assert one(browser, "#field-type").get_attribute("value") == "DOCKER"
+    screenshot(browser, "create-form")
+    one(browser, "#form-submit").click()
+    browser.wait(lambda: driver.execute_script("return location.hash") == f"#/apps{app_id}", 15,
+                 "the app's page")
+    definition = bed.api().get(f"/v2/apps{app_id}").json["app"]
+    assert (definition["gpus"], definition["constraints"], definition["container"]["type"]) == (
+        1, [["gpu_type", "IS", "tesla_v100"]], "DOCKER")
+
+    # -- its task appears, with its GPU, live ---------------------------------------------
+    [task] = wait_for(lambda: running(bed, app_id, 1), timeout=90)
+    assert task["host"] == "v100-node" and task["gpuUuids"][0] in v100
+    uuid = task["gpuUuids"][0]
+    browser.wait(lambda: task_rows(browser).get(task["id"], ([],))[0] == [uuid], 30,
+                 "the task's row with its GPU")
+    assert "v100-node" in task_rows(browser)[task["id"]][1]
+    go(browser, "#/nodes")
+    tile = browser.wait(lambda: tiles(browser, "v100-node").get(uuid), 30, "the GPU's tile")
+    assert (tile["state"], tile["app"], tile["task"]) == ("held", app_id, task["id"])
+    assert uuid not in tiles(browser, "k80-node")
+    assert [t["task"] for t in tiles(browser).values() if t["state"] == "held"] == [task["id"]]
+
+    # -- scale to 2 from the app's page: a second GPU taken --------------------------------
+    go(browser, f"#/apps{app_id}")
+    type_into(browser, "#scale-to", "2")
+    click(browser, "#action-scale")
+    assert "from 1 to 2 instances" in confirm(browser, "ok")
+    tasks = wait_for(lambda: running(bed, app_id, 2), timeout=90)
+    uuids = {t["gpuUuids"][0] for t in tasks}
+    assert len(uuids) == 2 and uuids <= v100
+    browser.wait(lambda: sorted(u for shown, _ in task_rows(browser).values() for u in shown)
+                 == sorted(uuids), 30, "both tasks with their GPUs")
+    screenshot(browser, "app")
+    screenshot(browser, "app-phone", PHONE)
+
+    # -- kill one: cancel first (nothing happens), then confirm (it is replaced) ------------
+    victim = tasks[0]["id"]
+    kill = f'button[data-key="kill-{victim}"]'
+    click(browser, kill)
+    assert victim in confirm(browser, "cancel")
+    assert driver.switch_to.active_element.get_attribute("data-key") == f"kill-{victim}"  # back
+    time.sleep(1.5)
+    assert victim in {t["id"] for t in api_tasks(bed, app_id)}
+    click(browser, kill)
+    confirm(browser, "ok")
+    after = wait_for(lambda: (lambda ts: ts if ts and victim not in {t["id"] for t in ts} else None)(
+        running(bed, app_id, 2)), timeout=90)
+    browser.wait(lambda: set(task_rows(browser)) == {t["id"] for t in after}, 30,
+                 "the replacement on the page")
+    go(browser, "#/nodes")
+    browser.wait(lambda: {t["task"] for t in tiles(browser, "v100-node").values()
+                          if t["state"] == "held"} == {t["id"] for t in after},
+                 30, "the tiles of both tasks")
+    screenshot(browser, "nodes")
+    screenshot(browser, "nodes-phone", PHONE)
+    go(browser, "#/apps")
+    assert app_id in one(browser, f'tr[data-app="{app_id}"]').text
+    screenshot(browser, "apps")
+
+    # -- delete: the app goes, every GPU comes back ----------------------------------------
+    go(browser, f"#/apps{app_id}")
+    click(browser, "#action-delete")
+    assert "cannot be undone" in confirm(browser, "ok")
+    browser.wait(lambda: driver.execute_script("return location.hash") == "#/apps", 15, "the list")
+    wait_for(lambda: bed.api().get(f"/v2/apps{app_id}").status == 404, timeout=30)
+    wait_for(lambda: bed.nodes["v100-node"].allocated() == [], timeout=60)
+    go(browser, "#/nodes")
+    browser.wait(lambda: tiles(browser) and not [t for t in tiles(browser).values()
+                                                 if t["state"] == "held"], 30, "all GPUs free")
+    assert driver.execute_script("return window.notReloaded") is True
+    origins = driver.execute_script(
+        "return performance.getEntriesByType('resource').map(e => new URL(e.name).origin)")
+    assert set(origins) == {bed.url}                    # nothing from anywhere else
+    assert console_errors(browser) == []
+
+
+BAD_APP = """{
+  "id": "/ui/bad",
+  "cmd": "sleep 1",
+  "cpus": "one",
+  "mem": -5,
+  "gpus": 1,
+  "container": {
+    "type": "DOCKER",
+    "docker": { "image": "" }
+  }
+}"""
+
+
+def set_text(browser, selector, text):
+    browser.driver.execute_script(
+        "const a = document.querySelector(arguments[0]); a.value = arguments[1];"
+        "a.dispatchEvent(new Event('input'))", selector, text)
+
+
+def test_the_api_s_422_is_shown_beside_what_it_names(bed, browser):
+    signed_in(browser, bed, "#/create")
+    # the form: each problem under its field, focus on the first
+    type_into(browser, "#field-id", "")
+    click(browser, "#form-submit")
+    browser.wait(lambda: one(browser, "#error-id").is_displayed(), 10, "the id's error")
+    assert "path element" in one(browser, "#error-id").text
+    assert one(browser, "#field-id").get_attribute("aria-invalid") == "true"
+    assert one(browser, "#error-image").text == "must not be empty"
+    assert browser.driver.switch_to.active_element.get_attribute("id") == "field-id"
+
+    # the editor: each problem beside the line of the JSON it names
+    one(browser, "#tab-json").click()
+    set_text(browser, "#json-text", BAD_APP)
+    one(browser, "#json-submit").click()
+    browser.wait(lambda: len(css(browser, "#json-errors li")) == 3, 10, "three problems")
+    lines = BAD_APP.split("\n")
+    where = {li.get_attribute("data-path"): int(li.get_attribute("data-line"))
+             for li in css(browser, "#json-errors li")}
+    assert where == {"/cpus": next(i for i, l in enumerate(lines, 1) if '"cpus"' in l),
+                     "/mem": next(i for i, l in enumerate(lines, 1) if '"mem"' in l),
+                     "/container/docker/image": next(i for i, l in enumerate(lines, 1)
+                                                     if '"image"' in l)}
+    marked = {int(g.text.split()[-1]) for g in css(browser, ".gutter .bad")}
+    assert marked == set(where.values())
+    notes = [n.text for n in css(browser, ".editor .notes div")]     # right of each line
+    assert "must be a number" in notes[where["/cpus"] - 1] and "/mem" in notes[where["/mem"] - 1]
+    assert {n for n, text in enumerate(notes, 1) if text} == set(where.values())
+    assert "must be a number" in one(browser, '#json-errors li[data-path="/cpus"]').text
+    screenshot(browser, "create-json-422")
+    assert bed.api().get("/v2/apps/ui/bad").status == 404          # nothing was made
+
+    # not JSON at all: said at its line, before anything is sent
+    set_text(browser, "#json-text", '{\n  "id": "/ui/bad",\n  "cpus": ,\n}')
+    one(browser, "#json-submit").click()
+    browser.wait(lambda: "not JSON" in one(browser, "#json-errors").text, 10, "the syntax error")
+    assert one(browser, "#json-errors li").get_attribute("data-line") == "3"
+
+
+def test_keyboard_and_narrow_screens(bed, browser, image):
+    created = bed.api().post("/v2/apps", {
+        "id": "/ui/keys", "cmd": "sleep 600", "cpus": 0.1, "mem": 32, "gpus": 1, "instances": 1,
+        "container": {"type": "DOCKER", "docker": {"image": image}}})
+    assert created.status == 201, created.json
+    try:
+        wait_for(lambda: running(bed, "/ui/keys", 1), timeout=90)
+        wait_for(lambda: bed.api().get("/v2/deployments").json == [])
+        signed_in(browser, bed, "#/nodes")
+        driver = browser.driver
+        driver.execute_script("document.activeElement && document.activeElement.blur()")
+        reached = []
+        for _ in range(8):                     # Tab walks the header, then the page
+            ActionChains(driver).send_keys(Keys.TAB).perform()
+            active = driver.switch_to.active_element
+            reached.append(active.get_attribute("id") or active.text or active.get_attribute("href"))
+        assert "Skip to content" in reached[0]
+        assert "Apps" in reached and "Create app" in reached and "nodes-filter" in reached
+        apps_link = next(a for a in css(browser, "#nav a") if a.text == "Apps")
+        apps_link.send_keys(Keys.ENTER)
+        wait_loaded(browser)
+        link = browser.wait(lambda: next((a for a in css(browser, "table.apps a")
+                                          if a.text == "/ui/keys"), None), 30, "the app's link")
+        link.send_keys(Keys.ENTER)
+        one(browser, "#action-restart")
+        browser.wait(lambda: driver.execute_script("return location.hash") == "#/apps/ui/keys", 10)
+        # the confirmation: focus on Cancel, Escape closes it, Enter on OK does it
+        restart = one(browser, "#action-restart")
+        restart.send_keys(Keys.ENTER)
+        one(browser, "dialog#confirm[open]")
+        assert driver.switch_to.active_element.get_attribute("id") == "confirm-cancel"
+        driver.switch_to.active_element.send_keys(Keys.ESCAPE)
+        browser.wait(lambda: not css(browser, "dialog#confirm[open]"), 10)
+        assert driver.switch_to.active_element == restart
+        version = bed.api().get("/v2/apps/ui/keys").json["app"]["version"]
+        restart.send_keys(Keys.ENTER)
+        one(browser, "dialog#confirm[open]")
+        driver.switch_to.active_element.send_keys(Keys.TAB)      # Cancel -> Restart
+        assert driver.switch_to.active_element.get_attribute("id") == "confirm-ok"
+        driver.switch_to.active_element.send_keys(Keys.ENTER)
+        wait_for(lambda: bed.api().get("/v2/apps/ui/keys").json["app"]["version"] != version)
+        # the create page's tabs follow the arrow keys
+        go(browser, "#/create")
+        one(browser, "#tab-form").send_keys(Keys.ARROW_RIGHT)
+        assert driver.switch_to.active_element.get_attribute("id") == "tab-json"
+        assert one(browser, "#panel-json").is_displayed() and not one(browser, "#panel-form").is_displayed()
+
+        for width, height in (DESKTOP, PHONE):
+            driver.set_window_size(width, height)
+            for fragment in ("#/nodes", "#/apps", "#/apps/ui/keys", "#/create"):
+                go(browser, fragment)
+                assert no_sideways_scroll(browser), (width, fragment)
+            if width < 760:                    # tables are read as cards
+                go(browser, "#/apps")
+                assert driver.execute_script(
+                    "return getComputedStyle(document.querySelector('table.apps tr')).display") == "block"
+        driver.set_window_size(*DESKTOP)
+        assert console_errors(browser) == []
+    finally:
+        bed.api().delete("/v2/apps/ui/keys")
+
+
+def test_a_lost_stream_is_said_and_comes_back(bed, browser, image):
+    signed_in(browser, bed, "#/apps")
+    driver = browser.driver
+    driver.execute_script("window.notReloaded = true")
+    bed.service.stop()                                       # the framework goes away
+    browser.wait(lambda: one(browser, "#live").get_attribute("data-state") == "retrying", 20,
+                 "the page to say the stream is lost")
+    assert "lost" in one(browser, "#live").text.lower()
+    bed.start_framework()                                    # back, same port and state
+    created = bed.api().post("/v2/apps", {
+        "id": "/ui/after", "cmd": "sleep 600", "cpus": 0.1, "mem": 32, "gpus": 0, "instances": 0,
+        "container": {"type": "DOCKER", "docker": {"image": image}}})
+    assert created.status == 201, created.json
+    try:
+        wait_live(browser, timeout=40)
+        browser.wait(lambda: css(browser, 'tr[data-app="/ui/after"]'), 30, "the new app, live")
+        assert "back" in one(browser, "#notice").text
+        assert driver.execute_script("return window.notReloaded") is True
+    finally:
+        bed.api().delete("/v2/apps/ui/after")
