@@ -15,7 +15,7 @@ import logging
 import math
 import queue
 import threading
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from framework.marathon import deployments, task_builder
 from framework.marathon.deployments import START, STOP
@@ -30,9 +30,11 @@ KILL_RETRY_SECONDS = 15.0
 
 
 class Reconciler:
-    def __init__(self, registry: Registry, scheduler: Any) -> None:
+    def __init__(self, registry: Registry, scheduler: Any,
+                 leading: Callable[[], bool] = lambda: True) -> None:
         self.registry = registry
         self.scheduler = scheduler
+        self.leading = leading          # only the leading instance launches and kills
         self._updates: "queue.Queue[TaskRecord]" = queue.Queue()
         self._finished: List[str] = []    # terminal tasks the scheduler may drop now
         self._wake = threading.Event()
@@ -71,6 +73,8 @@ class Reconciler:
             self._wake.clear()
             if self._stop.is_set():
                 break
+            if not self.leading():
+                continue
             try:
                 self.reconcile()
             except Exception:  # keep reconciling; the next pass starts from fresh state
