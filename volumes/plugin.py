@@ -14,7 +14,9 @@ volume; `ro` because the volume is the host's driver.)
 
 Mount and Create build the volume (or reuse it: milliseconds) with
 `volumes.builder`; Remove deletes the directory unless a container mounted
-through this plugin, or one the owner reports through `in_use`, still uses it.
+through this plugin, or one the owner reports through `in_use`, still uses it,
+and leaves the directory of a version the owner `keep`s (the agent daemon's
+current volume: Docker forgets the name, the daemon still hands it out).
 """
 import json
 import logging
@@ -38,6 +40,7 @@ SOCKET_DIR = "/run/docker/plugins"
 VOLUME_KIND = "nvidia_driver"
 CONTENT_TYPE = "application/vnd.docker.plugins.v1+json"
 MAX_SOCKET_PATH = 107           # sun_path is 108 bytes with its NUL
+MAX_REQUEST = 1 << 20           # dockerd's requests are a few hundred bytes
 _VOLUME_NAME = re.compile(r"([a-zA-Z0-9_.-]+)_([0-9.]+)")     # nvidia-docker's rule
 
 
@@ -63,21 +66,25 @@ class VolumePlugin:
 
     def __init__(self, driver_version: str, driver_root: Union[str, Path] = "/",
                  volume_root: Union[str, Path] = builder.DEFAULT_VOLUME_ROOT,
-                 in_use: Optional[Callable[[], Set[str]]] = None) -> None:
+                 in_use: Optional[Callable[[], Set[str]]] = None,
+                 keep: Optional[Callable[[], Set[str]]] = None) -> None:
         self.driver_version = builder.check_version(driver_version)
         self.driver_root = Path(driver_root)
         self.volume_root = Path(volume_root)
         self.in_use = in_use or (lambda: set())
+        # Versions whose directory Remove leaves alone (Docker only forgets the
+        # name): the agent daemon's current volume, which it also hands out.
+        self.keep = keep or (lambda: set())
         self.mounts: Dict[str, Set[str]] = {}          # version -> mount ids
         self.created: Set[str] = set()
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()     # held per request; the daemon takes it to switch drivers
 
     def handle(self, endpoint: str, request: Dict[str, Any]) -> Dict[str, Any]:
         method = self._endpoints().get(endpoint)
         if method is None:
             return {"Err": f"unknown endpoint {endpoint}"}
         try:
-            with self._lock:
+            with self.lock:
                 return method(request)
         except UserError as e:
             return {"Err": str(e)}
@@ -127,6 +134,11 @@ class VolumePlugin:
         if users or version in self.in_use():
             raise UserError(f"volume {request['Name']} is in use "
                             f"({users or 'some'} container(s)); not removed")
+        if version in self.keep():
+            log.info("volume %s removed from Docker; its directory stays (the agent daemon "
+                     "hands it out)", request["Name"])
+            self.created.discard(version)
+            return {"Err": ""}
         builder.remove(self.volume_root, version)
         self.created.discard(version)
         return {"Err": ""}
@@ -174,11 +186,21 @@ class _Handler(BaseHTTPRequestHandler):
             log.debug("volume plugin: a client went away mid-request")
 
     def do_POST(self) -> None:
+        # The whole request is read before any answer, a refusal included: a
+        # server that answers and closes while the client is still sending its
+        # body makes the client's write fail (EPIPE) instead of reading the answer.
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if not 0 <= length <= MAX_REQUEST:
+            self.close_connection = True
+            return self._reply(413 if length > MAX_REQUEST else 400,
+                               {"Err": f"Content-Length must be 0..{MAX_REQUEST} bytes"})
+        body = self.rfile.read(length) if length else b""
         accept = self.headers.get("Accept", "")
         if accept and "application/vnd.docker.plugins.v1" not in accept and "*/*" not in accept:
             return self._reply(406, {"Err": f"unsupported Accept {accept!r}"})
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else b""
         try:
             request = json.loads(body) if body.strip() else {}
         except ValueError:
