@@ -1,7 +1,8 @@
 """The dashboard's routes on the API's listener:
 
 - `GET /` and `GET /ui`: redirect to `/ui/` (Marathon's UI lives there too);
-- `GET /ui/` and `GET /ui/<file>`: the page and its files;
+- `GET /ui/`: the page, its files inlined (framework/ui/page.py); `GET
+  /ui/<file>`: each file on its own;
 - `GET /v1/nodes`: the nodes and their GPUs (framework/ui/nodes.py).
 
 The page and its files hold no data: they are served without credentials
@@ -14,7 +15,8 @@ import re
 from framework.marathon.routing import Request, Response, Router
 from framework.marathon.validation import message
 from framework.ui.nodes import NodesView
-from framework.ui.static_files import INDEX, StaticFiles
+from framework.ui.page import assemble
+from framework.ui.static_files import StaticFiles
 
 SEGMENT = r"[A-Za-z0-9_-][A-Za-z0-9_.-]*"          # never '.' or '..'
 _PUBLIC = re.compile(rf"/(?:ui(?:/(?:{SEGMENT}/)*(?:{SEGMENT})?)?)?")
@@ -38,6 +40,7 @@ class UiResource:
     def __init__(self, nodes: NodesView, static: StaticFiles) -> None:
         self._nodes = nodes
         self._static = static
+        self._page = assemble(static)
 
     def to_page(self, r: Request) -> Response:
         # relative, so a proxy that serves the API under a prefix keeps it
@@ -46,7 +49,7 @@ class UiResource:
     def page(self, r: Request) -> Response:
         if not r.path.endswith("/"):         # relative file names need the slash
             return Response(301, b"", {"Location": "ui/"})
-        return self.file(r, INDEX)
+        return Response(200, self._page.data, self._page.headers())
 
     def file(self, r: Request, name: str) -> Response:
         found = self._static.get(name)

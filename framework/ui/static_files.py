@@ -8,7 +8,7 @@ markup cannot run), and asks browsers to revalidate so an upgraded framework
 is never shown with stale scripts.
 """
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Dict, Iterator, Optional, Tuple
 
@@ -38,9 +38,11 @@ class StaticFile:
     data: bytes
     content_type: str
     etag: str
+    extra_headers: Dict[str, str] = field(default_factory=dict)   # e.g. its own CSP
 
     def headers(self) -> Dict[str, str]:
-        return {"Content-Type": self.content_type, "ETag": self.etag, **SECURITY_HEADERS}
+        return {"Content-Type": self.content_type, "ETag": self.etag, **SECURITY_HEADERS,
+                **self.extra_headers}
 
 
 def _walk(folder, prefix: str = "") -> Iterator[Tuple[str, bytes]]:

@@ -3,6 +3,8 @@
 and a policy that lets nothing come from elsewhere, no file naming another
 host, and nothing of the cluster without the API's credentials
 (`/v1/nodes`, `/v2/...`); the page's files themselves hold no data."""
+import base64
+import hashlib
 import posixpath
 import re
 
@@ -11,8 +13,8 @@ import pytest
 from framework.ui.static_files import StaticFiles
 from tests.marathon.conftest import client_of
 
-REFERENCES = re.compile(r"""(?:src|href)="([^"#][^"]*)"|from\s+"(\./[^"]+)"|import\s+"(\./[^"]+)\"""")
-EXTERNAL = re.compile(r"""(?:https?:)?//[A-Za-z0-9.-]+\.[A-Za-z]{2,}|@import|url\(\s*['"]?(?!data:)[a-z]+:""")
+REFERENCES = re.compile(r'(?:src|href)="([^"#][^"]*)"')
+EXTERNAL = re.compile(r"""(?:https?:)?//[A-Za-z0-9.-]+\.[A-Za-z]{2,}|@import|url\(\s*['"]?(?!data:)[a-z]+:|\bimport\s*\(""")
 
 
 @pytest.fixture(scope="module")
@@ -20,41 +22,38 @@ def files():
     return StaticFiles().files
 
 
-def referenced(files) -> set:
-    """Every file index.html and the modules it loads refer to, transitively."""
-    seen, todo = set(), ["index.html"]
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        folder = posixpath.dirname(name)
-        for match in REFERENCES.finditer(files[name].data.decode()):
-            todo.append(posixpath.normpath(posixpath.join(folder, next(g for g in match.groups() if g))))
-    return seen
-
-
-def test_every_file_the_page_loads_is_served_with_its_type(start_framework, files, tmp_path):
+def test_the_page_is_one_answer_with_every_file_in_it(start_framework, files, tmp_path):
+    """A browser gets the whole dashboard in one request: index.html with its
+    style, scripts and icon written in, allowed by their hashes only."""
     service = start_framework(tmp_path / "state")
     anonymous = client_of(service, anonymous=True)
-    wanted = referenced(files)
-    assert {"index.html", "style.css", "icon.svg", "js/main.js", "js/api.js", "js/nodes.js"} <= wanted
-    assert set(files) == wanted, f"files nothing loads: {set(files) - wanted}"
-    for name in sorted(wanted):
+    source = files["index.html"].data.decode()
+    listed = {posixpath.normpath(ref) for ref in REFERENCES.findall(source)}
+    assert {"style.css", "icon.svg", "js/api.js", "js/nodes.js", "js/main.js"} <= listed
+    assert listed == set(files) - {"index.html"}, f"files the page does not list: " \
+                                                  f"{set(files) - listed - {'index.html'}}"
+    page = anonymous.get("/ui/")
+    assert page.status == 200 and page.headers["content-type"].startswith("text/html")
+    html = page.raw.decode()
+    policy = page.headers["content-security-policy"]
+    assert "unsafe-inline" not in policy and "default-src 'self'" in policy
+    for name in sorted(listed - {"icon.svg"}):
+        text = files[name].data.decode()
+        assert text in html, f"{name} is not in the page"
+        digest = base64.b64encode(hashlib.sha256(text.encode()).digest()).decode()
+        assert f"'sha256-{digest}'" in policy, f"{name} is not allowed by the page's policy"
+    assert 'href="data:image/svg+xml;base64,' in html
+    assert [r for r in REFERENCES.findall(html) if not r.startswith("data:")] == []  # one request
+    head = anonymous.call("HEAD", "/ui/")
+    assert head.status == 200 and head.raw == b"" and int(head.headers["content-length"]) == len(page.raw)
+    # each file is also served on its own, with its type
+    for name in sorted(listed):
         reply = anonymous.get(f"/ui/{name}")
-        assert reply.status == 200, (name, reply.status)
-        assert reply.raw == files[name].data
-        kind = {"html": "text/html", "css": "text/css", "js": "text/javascript",
-                "svg": "image/svg+xml"}[name.rsplit(".", 1)[1]]
+        assert reply.status == 200 and reply.raw == files[name].data, name
+        kind = {"css": "text/css", "js": "text/javascript", "svg": "image/svg+xml"}[name.rsplit(".", 1)[1]]
         assert reply.headers["content-type"].startswith(kind)
         assert reply.headers["x-content-type-options"] == "nosniff"
-        policy = reply.headers["content-security-policy"]
-        assert "default-src 'self'" in policy and "frame-ancestors 'none'" in policy
-    page = anonymous.get("/ui/")
-    assert page.raw == files["index.html"].data
-    head = anonymous.call("HEAD", "/ui/")
-    assert head.status == 200 and head.raw == b""
-    assert int(head.headers["content-length"]) == len(files["index.html"].data)
+        assert "frame-ancestors 'none'" in reply.headers["content-security-policy"]
 
 
 def test_no_file_loads_anything_from_another_host(files):
