@@ -86,6 +86,11 @@ class MarathonHandler(BaseHTTPRequestHandler):
         self._send(Response(code, {"message": message or self.responses.get(code, ("error",))[0]}))
 
     def _serve(self, method: str) -> None:
+        if self.server.closing.is_set():
+            # stopped: a connection kept alive from before gets no answer from
+            # a framework that is no longer running (a browser tries anew)
+            self.close_connection = True
+            return
         try:
             body = self._read_body()
             if body is None:

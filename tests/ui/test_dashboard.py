@@ -429,6 +429,13 @@ def test_a_lost_stream_is_said_and_comes_back(bed, browser, image):
     browser.wait(lambda: one(browser, "#live").get_attribute("data-state") == "retrying", 20,
                  "the page to say the stream is lost")
     assert "lost" in one(browser, "#live").text.lower()
+    driver.execute_script("location.hash = '#/nodes'")      # a read while it is gone
+    try:
+        browser.wait(lambda: "cannot be reached" in one(browser, "#notice").text, 20, "the failed read")
+    except AssertionError as e:
+        raise AssertionError(f"{e}; the page says: {one(browser, 'body').text[:500]!r}") from None
+    assert "trying again" in one(browser, "#notice").text
+    driver.execute_script("location.hash = '#/apps'")
     bed.start_framework()                                    # back, same port and state
     created = bed.api().post("/v2/apps", {
         "id": "/ui/after", "cmd": "sleep 600", "cpus": 0.1, "mem": 32, "gpus": 0, "instances": 0,

@@ -5,6 +5,7 @@ host, and nothing of the cluster without the API's credentials
 (`/v1/nodes`, `/v2/...`); the page's files themselves hold no data."""
 import base64
 import hashlib
+import http.client
 import posixpath
 import re
 
@@ -92,3 +93,17 @@ def test_no_data_without_the_credentials(start_framework, tmp_path):
     assert set(nodes.json) == {"nodes", "generatedAt"}
     assert api.post("/ui/", {"id": "/x"}).status == 405
     assert api.post("/v1/nodes", {}).status == 405
+
+
+def test_a_stopped_framework_answers_nothing_on_kept_connections(start_framework, tmp_path):
+    """A browser keeps its connections open: after the framework stops, a
+    request on one must fail (the page then says the framework is gone and
+    tries again), not be answered by the stopped service with stale data."""
+    service = start_framework(tmp_path / "state")
+    connection = http.client.HTTPConnection("127.0.0.1", service.http.server_address[1], timeout=10)
+    connection.request("GET", "/ui/")
+    assert connection.getresponse().read()
+    service.stop()
+    with pytest.raises((http.client.RemoteDisconnected, ConnectionError)):
+        connection.request("GET", "/ui/")
+        connection.getresponse().read()

@@ -6,7 +6,7 @@
 (function (ui) {
   "use strict";
 
-  const { AuthRequired, hasAuthorization, onAuthRequired, setAuthorization } = ui.api;
+  const { ApiError, AuthRequired, hasAuthorization, onAuthRequired, setAuthorization } = ui.api;
   const { notice } = ui.dialogs;
   const { h, replace } = ui.dom;
   const { EventStream } = ui.events;
@@ -29,6 +29,8 @@
   let again = false;
   let signingIn = false;
   let lostSince = null;
+  let failedReads = 0;               // in a row: the next read waits RETRY_MS[failedReads - 1]
+  const RETRY_MS = [1000, 2000, 4000, 8000, 15000];
 
   function route() {
     const hash = decodeURIComponent(location.hash.replace(/^#/, "")) || "/nodes";
@@ -80,8 +82,25 @@
       main.dataset.loaded = String(Date.now());
       // navigation to the first data drawn (bench/ui_page_load.py reads it)
       if (!main.dataset.loadedAt) main.dataset.loadedAt = String(Math.round(performance.now()));
+      if (failedReads) notice("The framework is back; the page was read again.");
+      failedReads = 0;
     } catch (error) {
-      if (!(error instanceof AuthRequired) && current === view) notice(`Could not load: ${error.message}`, "error");
+      const unreachable = !(error instanceof ApiError);
+      if (error instanceof AuthRequired || current !== view) {
+        // signing in, or the user moved on: nothing to say
+      } else if (unreachable || error.status >= 500) {
+        // The framework gone or failing (restarting, no leader yet, a dropped
+        // connection): read again soon, backing off, rather than waiting for
+        // an event or the poll; the user is told.
+        const delay = RETRY_MS[Math.min(failedReads, RETRY_MS.length - 1)];
+        failedReads += 1;
+        notice(`Could not load: ${unreachable ? "the framework cannot be reached" : error.message}` +
+          ` — trying again in ${Math.round(delay / 1000)} s.`, "error");
+        clearTimeout(pending);
+        pending = setTimeout(run, delay);
+      } else {
+        notice(`Could not load: ${error.message}`, "error");
+      }
     } finally {
       running = false;
       if (again) { again = false; schedule(0); }
