@@ -448,3 +448,19 @@ def test_a_lost_stream_is_said_and_comes_back(bed, browser, image):
         assert driver.execute_script("return window.notReloaded") is True
     finally:
         bed.api().delete("/v2/apps/ui/after")
+
+
+def test_pages_left_hold_no_connection(bed, browser):
+    """A browser gives a host six connections; each page's event stream holds
+    one. A page left (or kept in the back/forward cache) lets its stream go,
+    so the next pages still load at once: without that the seventh waits
+    ~20 s for the server to notice a dead stream."""
+    signed_in(browser, bed, "#/nodes")
+    driver = browser.driver
+    for n in range(8):
+        driver.get("about:blank")
+        driver.get(f"{bed.url}/ui/#/nodes")
+        start = time.monotonic()
+        wait_loaded(browser)
+        wait_live(browser)
+        assert time.monotonic() - start < 10, f"load {n + 1} waited for a connection"

@@ -163,6 +163,31 @@
     mount(false);
   }
 
+  // A page out of sight holds no connection: a browser gives each host six,
+  // and every open tab's stream (or a page kept in the back/forward cache)
+  // would hold one of them for good. Back in sight: the stream again, and the
+  // section read again (events were missed meanwhile).
+  let away = false;
+  function leave() {
+    if (away || signingIn) return;
+    away = true;
+    stream.stop();
+    clearInterval(poll);
+    clearTimeout(pending);
+  }
+  function comeBack() {
+    if (!away || signingIn) return;
+    away = false;
+    stream.start();
+    if (view && view.pollMs) poll = setInterval(() => schedule(0), view.pollMs);
+    schedule(0);
+  }
+  document.addEventListener("visibilitychange", () => {
+    if (document.visibilityState === "hidden") leave(); else comeBack();
+  });
+  window.addEventListener("pagehide", leave);
+  window.addEventListener("pageshow", (event) => { if (event.persisted) comeBack(); });
+
   onAuthRequired(signIn);
   window.addEventListener("hashchange", () => { if (!signingIn) mount(true); });
   signOut.addEventListener("click", () => {
