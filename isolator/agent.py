@@ -4,6 +4,8 @@ At start it checks its flags, discovers the GPUs through NVML, picks the ones
 to manage (--nvidia_gpu_devices / --resources=gpus:N), reads their topology,
 builds the driver volume, recovers the ledger against the kernel and Docker,
 and logs what it found. Then it serves the local API on <work_dir>/agent.sock
+(and, with --metrics_address, /metrics and /v1/health over TCP), watches the
+GPUs' health (isolator/health_monitor.py; the state in <work_dir>/health.json)
 and reconciles every holding with its owner, the Mesos agent, the kernel and
 Docker (isolator/reconciler.py) until SIGTERM or SIGINT, writes a last ledger
 snapshot and exits 0.
@@ -19,8 +21,11 @@ from typing import Dict, Optional
 
 from common import instance_lock
 from common.paths import MAX_SOCKET_PATH, first_missing
-from isolator import cgroup_host, devices, flags, nvml
+from isolator import cgroup_host, devices, flags, gpu_health, nvml
 from isolator import topology as topology_mod
+from isolator.health_monitor import HealthMonitor
+from isolator.metrics_server import MetricsServer
+from isolator.xid_catalog import Classifier, parse_overrides
 from isolator.container_cgroups import ContainerCgroups
 from isolator.docker_state import DockerState
 from isolator.gpu import Inventory
@@ -97,7 +102,9 @@ def _log_devices(dev_dir: str, managed) -> None:
 
 def build_service(args) -> AgentService:
     """Everything the daemon needs, discovered (the flags are checked by run())."""
-    inventory = nvml.discover(args.nvml_library)
+    health_path = os.path.join(args.work_dir, gpu_health.FILE_NAME)
+    inventory = nvml.discover(args.nvml_library,
+                              known=gpu_health.known_gpus(health_path).values())
     selection = flags.select_gpus(inventory, args.nvidia_gpu_devices, args.resources)
     host = cgroup_host.detect()
     versions = flags.device_cgroup_versions(args.device_cgroup, host.devices_v1, host.unified)
@@ -120,7 +127,9 @@ def build_service(args) -> AgentService:
         ledger=Ledger(args.work_dir),
         cgroups=ContainerCgroups(host, versions, args.cgroups_root),
         dev_dir=args.dev_dir, docker=docker, volume=_volume(args, inventory, managed),
-        nvml_library=args.nvml_library, prepare_timeout=args.prepare_timeout)
+        nvml_library=args.nvml_library, prepare_timeout=args.prepare_timeout,
+        health=gpu_health.HealthBook(managed, health_path, args.health_quiet_period),
+        kill_on_fault=args.on_gpu_fault == "kill")
     return service
 
 
@@ -153,10 +162,14 @@ def run(args) -> int:
     made = _work_dir(args.work_dir)
     lock_fd = _lock(args.work_dir)
     try:
+        metrics_server = None
         try:
             service = build_service(args)
             service.recover()
+            service.health.load()
             server = AgentServer(socket_path(args.work_dir), service)
+            if args.metrics_address:
+                metrics_server = MetricsServer(args.metrics_address, service, server.latency)
         except BaseException:
             if made is not None:        # a refused start leaves no work dir behind
                 shutil.rmtree(made, ignore_errors=True)
@@ -167,6 +180,8 @@ def run(args) -> int:
             log.info("%s received: stopping", signal.Signals(signum).name)
             stop.set()
             server.shutdown()
+            if metrics_server is not None:
+                metrics_server.shutdown()
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
@@ -177,6 +192,17 @@ def run(args) -> int:
         threads = reconciler.start(stop)
         log.info("reconciling holdings every %g s (and at once when an owner ends)",
                  args.reconcile_interval)
+        monitor = HealthMonitor(list(service.gpus.values()), service.health,
+                                Classifier(parse_overrides(args.xid_override)), service.gpu_fault,
+                                args.nvml_library, args.health_poll_interval)
+        service.monitor = monitor
+        threads += monitor.start(stop)
+        if metrics_server is not None:
+            threads.append(threading.Thread(target=metrics_server.serve_forever,
+                                            kwargs={"poll_interval": 0.2},
+                                            name="metrics-server", daemon=True))
+            threads[-1].start()
+            log.info("serving /metrics and /v1/health on %s (read-only HTTP)", metrics_server.url)
         log.info("serving the agent API on %s (backlog %d, %d workers)", server.socket_path,
                  server.backlog, len(server._workers))
         try:
@@ -184,9 +210,14 @@ def run(args) -> int:
         finally:
             stop.set()
             reconciler.wake.set()
+            monitor.wake.set()
             server.server_close()
+            if metrics_server is not None:
+                metrics_server.shutdown()
+                metrics_server.server_close()
             for t in [keeper, *threads]:
                 t.join(timeout=5)
+            monitor.close()
             service.close()
         log.info("stopped: %d containers hold %d GPUs (ledger %s)", len(service.holdings),
                  len(service.allocator.allocated), service.ledger.path)

@@ -3,6 +3,7 @@ import argparse
 import json
 import logging
 import sys
+from typing import Optional
 
 from isolator import cgroup_host, flags, mesos_agent_flags, nvml, platform_features
 from volumes.cli import non_empty
@@ -57,7 +58,9 @@ def register(sub) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     a.add_argument("action", nargs="?", choices=("run", "flags"), default="run",
                    help="run (default): the daemon; flags: print the mesos-agent flags")
-    flags.add_selection_arguments(a.add_argument_group("GPU selection flags (run and flags)"))
+    selection = a.add_argument_group("GPU selection and metrics flags (run and flags)")
+    flags.add_selection_arguments(selection)
+    flags.add_metrics_flag(selection)
     flags.add_daemon_arguments(a.add_argument_group("daemon flags (run only)"))
     add_cpuinfo_flag(a.add_argument_group("platform flags (flags only)"))
     a.set_defaults(func=cmd_agent)
@@ -97,9 +100,22 @@ def cmd_agent_flags(args) -> int:
         print(f"# {selection.reason}", file=sys.stderr)
     platform = platform_features.for_gpus(inv.driver_version, inv.cuda_driver_version,
                                           selection.gpus, cpu)
-    for line in mesos_agent_flags.lines(selection.gpus, inv, args.resources, platform):
+    for line in mesos_agent_flags.lines(selection.gpus, inv, args.resources, platform,
+                                        _metrics_port(args.metrics_address)):
         print(line)
     return 0
+
+
+def _metrics_port(address: Optional[str]) -> Optional[int]:
+    if address is None:
+        return None
+    from isolator.metrics_server import parse_address
+    port = parse_address(address)[1]
+    if port == 0:
+        raise UserError(f"--metrics_address={address}: give the port the daemon listens on "
+                        "(the framework finds it through the agent attribute "
+                        f"{flags.METRICS_PORT_ATTRIBUTE})")
+    return port
 
 
 def _gib(n: int) -> str:

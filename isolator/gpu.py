@@ -39,6 +39,7 @@ class Inventory:
     library: Optional[str] = None               # the file NVML was loaded from
     unavailable: Optional[str] = None
     extra: Dict[str, Any] = field(default_factory=dict)
+    lost: Tuple[int, ...] = ()                  # NVML indices that could not be read
 
     def to_json(self) -> Dict[str, Any]:
         return {"driver_version": self.driver_version,

@@ -13,6 +13,8 @@
     platform_features       what images may ask for (isolator.platform_features),
                             '/'-joined: nvidia-535-54/cuda-12-2/nv-compute-3-7/
                             x86-64-v3/broadwell; on a node without GPUs the CPU's only
+    gpu_metrics_port        with --metrics_address: the port of the daemon's read-only
+                            HTTP endpoint (GPU health for the framework, /metrics)
 
 On a node with several GPU models, gpu_type and gpu_model name the most common
 one (ties: the first by NVML index), gpu_types lists all of them, and memory and
@@ -24,7 +26,7 @@ import re
 from collections import Counter
 from typing import List, Optional, Sequence
 
-from isolator.flags import parse_resources
+from isolator.flags import METRICS_PORT_ATTRIBUTE, parse_resources
 from isolator.gpu import Gpu, Inventory
 from isolator.platform_features import ATTRIBUTE as PLATFORM_ATTRIBUTE, NodePlatform
 
@@ -93,11 +95,14 @@ def name_of(part: str) -> str:
 
 
 def lines(gpus: Sequence[Gpu], inventory: Inventory,
-          operator_resources: Optional[str], platform: Optional[NodePlatform] = None) -> List[str]:
+          operator_resources: Optional[str], platform: Optional[NodePlatform] = None,
+          metrics_port: Optional[int] = None) -> List[str]:
     out = [f"--resources={resources(len(gpus), operator_resources)}"]
     attrs = attributes(gpus, inventory)
     if platform is not None and platform.features():
         attrs.append(f"{PLATFORM_ATTRIBUTE}:{platform.attribute_value()}")
+    if metrics_port is not None:
+        attrs.append(f"{METRICS_PORT_ATTRIBUTE}:{metrics_port}")
     if attrs:
         out.append("--attributes=" + ";".join(attrs))
     return out
