@@ -5,7 +5,8 @@ import logging
 import sys
 from typing import Optional
 
-from isolator import cgroup_host, flags, mesos_agent_flags, nvml, platform_features
+from isolator import (cgroup_host, flags, health_report, mesos_agent_flags, nvml,
+                      platform_features)
 from volumes.cli import non_empty
 from common.errors import UserError
 
@@ -45,10 +46,15 @@ def register(sub) -> None:
     p = sub.add_parser("info", help="show the driver, NVML and GPUs of this host",
                        description="Show what NVML reports on this host: driver, CUDA "
                                    "driver and NVML versions, each GPU (index, minor, "
-                                   "UUID, name, memory, PCI bus id, compute capability), "
-                                   "and the host's cgroup mode. A host without NVIDIA "
+                                   "UUID, name, memory, PCI bus id, compute capability) "
+                                   "with its health (the agent daemon's, from --work_dir; "
+                                   "with no daemon running, what NVML shows now), and "
+                                   "the host's cgroup mode. A host without NVIDIA "
                                    "driver shows 0 GPUs and why.")
     flags.add_nvml_flag(p)
+    p.add_argument("--work_dir", default=flags.DEFAULT_WORK_DIR, metavar="DIR",
+                   help="the agent daemon's work dir, whose socket gives each GPU's health "
+                        f"(default {flags.DEFAULT_WORK_DIR})")
     add_cpuinfo_flag(p)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_info)
@@ -129,8 +135,9 @@ def cmd_info(args) -> int:
     platform = platform_features.for_gpus(inv.driver_version, inv.cuda_driver_version,
                                           inv.gpus, cpu)
     cg = cgroup_host.detect()
+    health = health_report.report(inv.gpus, args.work_dir, args.nvml_library)
     if args.json:
-        print(json.dumps({**inv.to_json(), "cgroups": cg.to_json(),
+        print(json.dumps({**inv.to_json(), "cgroups": cg.to_json(), "health": health,
                           "cpu": {"source": cpu.source, "vendor": cpu.vendor,
                                   "family": cpu.family, "model": cpu.model,
                                   "model_name": cpu.model_name, "x86_64_level": cpu.level,
@@ -144,10 +151,16 @@ def cmd_info(args) -> int:
         print(f"Driver version: {inv.driver_version}")
         print(f"CUDA driver:    {inv.cuda_driver_version}")
         print(f"NVML version:   {inv.nvml_version}")
-        print(f"GPUs: {len(inv.gpus)}")
+        unread = sorted(set(inv.lost) - {g.index for g in inv.gpus})
+        print(f"GPUs: {len(inv.gpus) + len(unread)}"
+              + (f", {len(unread)} NVML cannot read" if unread else "")
+              + f" (health from {health['source']})")
         for g in inv.gpus:
             print(f"  [{g.index}] minor {g.minor}  {g.name}  {_gib(g.memory_total)}  "
-                  f"cc {g.compute_capability}  {g.pci_bus_id}  {g.uuid}")
+                  f"cc {g.compute_capability}  {g.pci_bus_id}  {g.uuid}  "
+                  f"{health_report.describe(health['gpus'][g.index])}")
+        for index in unread:
+            print(f"  [{index}] UNHEALTHY: NVML cannot read it (fallen off the bus?)")
     where = ", ".join(f"{k} at {v}" for k, v in
                       (("v1 devices", cg.devices_v1), ("cgroup2", cg.unified)) if v)
     print(f"cgroups: {cg.mode}" + (f" ({where})" if where else ""))

@@ -47,4 +47,5 @@ class Inventory:
                 "nvml_version": self.nvml_version,
                 "library": self.library,
                 "unavailable": self.unavailable,
-                "gpus": [g.to_json() for g in self.gpus]}
+                "gpus": [g.to_json() for g in self.gpus],
+                "unreadable_indices": sorted(set(self.lost) - {g.index for g in self.gpus})}

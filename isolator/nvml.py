@@ -157,7 +157,7 @@ def _readable_gpus(count: int, known: Dict[int, Gpu]) -> Tuple[List[Gpu], Tuple[
                 gpus.append(before)
             else:
                 log.error("the GPU at NVML index %d cannot be read (%s) and no earlier record "
-                          "names it: it is not managed", i, e)
+                          "names it: it is left out", i, e)
     seen = [g.uuid for g in gpus]
     if len(set(seen)) != len(seen):          # a recorded GPU that is readable elsewhere now
         gpus = [g for g in gpus if g.index not in lost or seen.count(g.uuid) == 1]

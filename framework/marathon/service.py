@@ -15,6 +15,7 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
+from framework import gpu_health, scheduler_metrics
 from framework.leadership import SingleInstance
 from framework.marathon.api_context import ApiContext
 from framework.marathon.metrics import Metrics
@@ -93,6 +94,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    default="restricted",
                    help="restricted (default): tasks without GPUs stay off GPU agents; "
                         "an app's GPU_SCHEDULING_BEHAVIOR label overrides it")
+    gpu_health.add_arguments(p)
 
 
 class FrameworkService:
@@ -130,6 +132,7 @@ class FrameworkService:
             self.metrics = self._metrics()
             self.api = MarathonApi(ApiContext.build(self.registry, self.policy, self.info,
                                                     self.leadership, self.metrics))
+            self.api.context.gpu_health = getattr(self.scheduler, "gpu_health", None)
             try:
                 self.http = MarathonHttpServer((args.http_address, args.http_port), self.api,
                                                self.events, self.auth, args.max_body_bytes)
@@ -190,6 +193,7 @@ class FrameworkService:
         metrics.gauge("marathon.instances.launch-overdue.gauge",
                       locked(lambda: sum(count for _, count, _ in registry.queued())))
         metrics.gauge("marathon.uptime.gauge.seconds", lambda: time.monotonic() - started)
+        scheduler_metrics.register(metrics, self.scheduler)
         return metrics
 
     def stop(self) -> None:
@@ -246,7 +250,9 @@ def default_scheduler_factory(args: argparse.Namespace, store: StateStore) -> An
         gpu_scheduling=args.gpu_scheduling_behavior, failover_timeout=FAILOVER_TIMEOUT,
         refuse_seconds=args.refuse_seconds,
         executor=taskinfo.ExecutorSettings(agent_socket=args.agent_socket,
-                                           docker_host=args.docker_host),
+                                           docker_host=args.docker_host,
+                                           extra_env=gpu_health.executor_env(args)),
+        gpu_health_interval=gpu_health.interval(args),
         registries=registries(getattr(args, "registry", None)),
         registry_config=getattr(args, "registry_config", None) or _default_registry_config())
     return GpuScheduler(config, store)

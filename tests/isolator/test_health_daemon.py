@@ -317,3 +317,18 @@ def test_metrics_address_taken_refuses_the_start(daemon_factory):
         assert agent.run_to_exit() != 0
     assert f"--metrics_address=127.0.0.1:{port}: cannot listen there" in agent.log()
     assert not (agent.work_dir / "agent.sock").exists()
+
+
+def test_info_shows_the_daemons_health(sick_node, mesos_gpu_cli):
+    agent = sick_node(["--health_quiet_period", "60"])
+    agent.nvml.xid(5, 79)
+    wait_until(lambda: state(agent, 5).state == "unhealthy", 5, "unhealthy")
+    env = {k: v for k, v in agent.env.items() if k.startswith(("FAKE_NVML", "MESOS_GPU_NVML"))}
+    r = mesos_gpu_cli("info", "--work_dir", str(agent.work_dir), env=env)
+    assert r.returncode == 0, r.stderr
+    assert f"health from the agent daemon ({agent.work_dir}/agent.sock; events and polling)" \
+        in r.stdout
+    line = next(x for x in r.stdout.splitlines() if x.startswith("  [5]"))
+    assert "UNHEALTHY: XID 79 (GPU has fallen off the bus) (since " in line
+    assert ", self-check at " in line
+    assert sum(x.endswith("  healthy") for x in r.stdout.splitlines()) == 7
