@@ -54,7 +54,7 @@ from framework.gpu_health import GpuHealthView
 from framework.driver_supervisor import DriverSupervisor
 from framework.image_resolver import FAILED, READY, ImageResolver
 from framework.matching import RESTRICTED, Matcher, gpu_behavior
-from framework.mesos_driver import MISSED_HEARTBEATS, SchedulerDriver
+from framework.mesos_driver import MISSED_HEARTBEATS, SchedulerDriver, master_address
 from framework.state_store import SchedulerStore, StoreError
 from framework.task_record import (PENDING, RECORD_KIND, RETRYABLE_STATES, RUNNING,
                                    TERMINAL_STATES, TaskRecord, attempt_task_id)
@@ -278,8 +278,14 @@ class GpuScheduler:
         self._status_listeners.append(callback)
 
     def _leading_master(self) -> Optional[str]:
+        """host:port of the master the driver follows; before it connects, the one
+        configured (unless it is a ZooKeeper URL)."""
         driver = self.supervisor.driver
-        return getattr(driver, "master", None) if driver is not None else None
+        current = getattr(driver, "master", None) if driver is not None else None
+        if current:
+            return current
+        configured = master_address(self.config.master)
+        return None if configured.startswith(("zk://", "zoo://")) else configured
 
     # -- pymesos callbacks (the driver's IO thread) ------------------------------------------
 

@@ -87,3 +87,24 @@ def test_view_through_daemon_and_framework_restarts(mesos_prefix, node):
             wait_until(lambda: view.unusable() == {}, 15, "GPU 2 healed")
         finally:
             view.stop()
+
+
+def test_a_silent_daemon_costs_a_timeout_not_the_view(mesos_prefix):
+    import socket
+    with socket.socket() as silent:                  # accepts connections, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        port = silent.getsockname()[1]
+        with LocalCluster("cpus:1;mem:256;gpus:1", f"gpu_metrics_port:{port}") as cluster:
+            agent_id = cluster.agents()[0]["id"]
+            view = GpuHealthView(lambda: cluster.address, interval=0.2, timeout=0.5)
+            view.start()
+            try:
+                wait_until(lambda: view.agent(agent_id) and view.agent(agent_id).error, 10,
+                           "the silent daemon noticed")
+                polls = view.polls
+                wait_until(lambda: view.polls >= polls + 3, 10, "the view goes on")
+                assert "timed out" in view.agent(agent_id).error
+                assert view.unusable() == {}             # never heard from: trusted healthy
+            finally:
+                view.stop()

@@ -213,3 +213,39 @@ def test_xid79_heals_without_a_restart_and_xid13_only_counts(service, cluster, n
     print(f"XID 79 -> GPU 2 unhealthy in {unhealthy_in * 1000:.0f} ms")
     assert api.delete(f"/v2/apps{APP}").status == 200
     wait_for(lambda: node.allocated() == [], timeout=60)
+
+
+def test_a_double_bit_error_stops_a_runc_task_and_it_moves(service, node, busybox_image):
+    api = client_of(service)
+    uuid = {g.minor: g.uuid for g in node.layout.gpus}
+    app = "/health/runc"
+    events = service.events.subscribe(["status_update_event"])
+    assert api.post("/v2/apps", {
+        "id": app, "cmd": "sleep 3600", "cpus": 0.1, "mem": 32, "gpus": 1,
+        "container": {"type": "MESOS", "docker": {"image": busybox_image()}}}).status == 201
+    (task,) = wait_for(lambda: (lambda ts: ts if len(ts) == 1 and ts[0]["state"] ==
+                                "TASK_RUNNING" else None)(
+        api.get(f"/v2/apps{app}/tasks?gpus=true").json["tasks"]), timeout=120)
+    (held,) = task["gpuUuids"]
+    minor = next(m for m, u in uuid.items() if u == held)
+    node.nvml.ecc(minor, "dbe")                      # NVML index == minor on this layout
+
+    def told_why():
+        frame = events.next(0.5)
+        if not frame or frame is OVERFLOW:
+            return None
+        event = json.loads(frame.decode().split("data: ", 1)[1])
+        return event if event["taskId"] == task["id"] and "double-bit ECC error" in \
+            event["message"] else None
+    event = wait_for(told_why, timeout=30, interval=0)
+    assert f"GPU {minor} ({held}) became unhealthy: double-bit ECC error" in event["message"]
+    (moved,) = wait_for(lambda: (lambda ts: ts if len(ts) == 1 and ts[0]["state"] ==
+                                 "TASK_RUNNING" and ts[0]["gpuUuids"] != [held] else None)(
+        api.get(f"/v2/apps{app}/tasks?gpus=true").json["tasks"]), timeout=90)
+    assert moved["gpuUuids"][0] in uuid.values()
+    agent_id = api.get("/v2/nodes").json["nodes"][0]["agentId"]
+    sick = [g for g in api.get(f"/v2/nodes/{agent_id}").json["gpus"] if g["state"] != "healthy"]
+    assert [(g["minor"], g["cause"]) for g in sick] == [(minor, "ecc_dbe")]
+    assert api.get("/v2/nodes/no-such-agent").status == 404
+    assert api.delete(f"/v2/apps{app}").status == 200
+    wait_for(lambda: node.allocated() == [], timeout=60)
