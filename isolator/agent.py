@@ -21,7 +21,7 @@ from typing import Dict, Optional
 
 from common import instance_lock
 from common.paths import MAX_SOCKET_PATH, first_missing
-from isolator import cgroup_host, devices, flags, gpu_health, nvml
+from isolator import cgroup_host, devices, flags, gpu_health, metrics, nvml, side_services
 from isolator import topology as topology_mod
 from isolator.health_monitor import HealthMonitor
 from isolator.metrics_server import MetricsServer
@@ -147,6 +147,7 @@ def _check_flags(args) -> None:
     flags.check_isolation(args.isolation)
     flags.check_daemon_values(args)
     flags.check_selection(args.nvidia_gpu_devices, args.resources)
+    side_services.check_flags(args)
     if args.docker_socket not in ("", "none"):
         import docker.utils                     # checked now, not at the first recovery
         try:
@@ -162,19 +163,34 @@ def run(args) -> int:
     made = _work_dir(args.work_dir)
     lock_fd = _lock(args.work_dir)
     try:
-        metrics_server = None
+        stop = threading.Event()
+        extras = metrics_server = monitor = None
         try:
             service = build_service(args)
             service.recover()
             service.health.load()
-            server = AgentServer(socket_path(args.work_dir), service)
+            # Before the API socket: once it exists (systemd's readiness check) all is served.
+            extras = side_services.start(args, service)     # plugin, REST API, CDI, driver watch
+            latency = metrics.Histograms()
             if args.metrics_address:
-                metrics_server = MetricsServer(args.metrics_address, service, server.latency)
+                metrics_server = MetricsServer(args.metrics_address, service, latency)
+            monitor = HealthMonitor(list(service.gpus.values()), service.health,
+                                    Classifier(parse_overrides(args.xid_override)),
+                                    service.gpu_fault, args.nvml_library,
+                                    args.health_poll_interval)
+            service.monitor = monitor
+            threads = monitor.start(stop)
+            server = AgentServer(socket_path(args.work_dir), service, latency=latency)
         except BaseException:
+            stop.set()
+            for part in (extras, metrics_server):
+                if part is not None:
+                    part.close() if part is extras else part.server_close()
+            if monitor is not None:
+                monitor.close()
             if made is not None:        # a refused start leaves no work dir behind
                 shutil.rmtree(made, ignore_errors=True)
             raise
-        stop = threading.Event()
 
         def on_signal(signum, _frame) -> None:
             log.info("%s received: stopping", signal.Signals(signum).name)
@@ -189,14 +205,9 @@ def run(args) -> int:
                                   args=(service, stop, args.ledger_flush_interval))
         keeper.start()
         reconciler = Reconciler(service, args.reconcile_interval)
-        threads = reconciler.start(stop)
+        threads += reconciler.start(stop)
         log.info("reconciling holdings every %g s (and at once when an owner ends)",
                  args.reconcile_interval)
-        monitor = HealthMonitor(list(service.gpus.values()), service.health,
-                                Classifier(parse_overrides(args.xid_override)), service.gpu_fault,
-                                args.nvml_library, args.health_poll_interval)
-        service.monitor = monitor
-        threads += monitor.start(stop)
         if metrics_server is not None:
             threads.append(threading.Thread(target=metrics_server.serve_forever,
                                             kwargs={"poll_interval": 0.2},
@@ -215,6 +226,7 @@ def run(args) -> int:
             if metrics_server is not None:
                 metrics_server.shutdown()
                 metrics_server.server_close()
+            extras.close()
             for t in [keeper, *threads]:
                 t.join(timeout=5)
             monitor.close()

@@ -27,7 +27,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import replace
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from isolator import (cgroup_host, cgroup_paths, crashpoints, devices, nvml, nvml_health,
                       process_containers)
@@ -47,6 +47,7 @@ from isolator.recovery import Recovery, Report
 from isolator.topology import Topology
 
 log = logging.getLogger("mesos-gpu.agent")
+CONTROL_TTL = 1.0
 
 
 class AgentService:
@@ -67,6 +68,8 @@ class AgentService:
         self.prepare_timeout = prepare_timeout
         self.holdings: Dict[str, Holding] = {}
         self.lock = threading.RLock()
+        self._granted = {g.minor: GrantedGpu(**g.to_json()) for g in managed}
+        self._control_read: Tuple[float, List[devices.DeviceNode]] = (0.0, [])
         self.counters: Counter = Counter()        # releases by reason, drift repairs, ...
         self._owner_listeners: List[Callable[[Owner], None]] = []
         self.health = health                      # None: every GPU counts as healthy
@@ -108,7 +111,14 @@ class AgentService:
     # --- helpers ----------------------------------------------------------------------------
 
     def _control(self) -> List[devices.DeviceNode]:
-        return devices.control_devices(self.dev_dir)
+        """The control devices, read again at most every CONTROL_TTL seconds
+        (nvidia-uvm's major is dynamic: a module reload may change it)."""
+        read_at, nodes = self._control_read
+        now = time.monotonic()
+        if now - read_at > CONTROL_TTL:
+            nodes = devices.control_devices(self.dev_dir)
+            self._control_read = (now, nodes)
+        return list(nodes)
 
     def _rules(self, minors) -> List[devices.Rule]:
         granted = [self.gpus.get(m) or Gpu(-1, m, "", "", 0, "", "") for m in minors]
@@ -153,7 +163,7 @@ class AgentService:
         uuids = ",".join(g.uuid for g in gpus)
         return Grant(
             container_id=h.container_id, container_type=h.container_type,
-            gpus=tuple(GrantedGpu(**g.to_json()) for g in gpus),
+            gpus=tuple(self._granted[g.minor] for g in gpus),
             devices=tuple(nodes),
             env={"NVIDIA_VISIBLE_DEVICES": uuids or "void",
                  "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(len(gpus)))},
@@ -191,6 +201,8 @@ class AgentService:
             return self._grant(h)
 
     def isolate(self, request: IsolateRequest, caller: Owner) -> Grant:
+        if request.docker_id is not None:
+            self._check_docker_label(request.container_id, request.docker_id)   # no lock held
         with self.lock:
             h = self._get(request.container_id)
             self._check_owner(h, caller, "isolate")
@@ -203,7 +215,9 @@ class AgentService:
                 if request.docker_id is None:
                     raise BadRequest(f"container {h.container_id} is a DOCKER container: "
                                      "isolate it by 'docker_id'")
-                h = self._record_docker(h, request.docker_id)
+                log.info("isolated %s: Docker container %s, GPUs %s", h.container_id,
+                         request.docker_id[:12], list(h.gpus))
+                h = replace(h, state="isolated", docker_id=request.docker_id)
             else:
                 if request.pid is None:
                     raise BadRequest(f"container {h.container_id} is a MESOS container: "
@@ -212,20 +226,20 @@ class AgentService:
             self._put(h)       # recovery must know it was isolated: see cleanup
             return self._grant(h)
 
-    def _record_docker(self, h: Holding, docker_id: str) -> Holding:
-        if self.docker is not None:
-            try:
-                label = self.docker.label_of(docker_id)
-            except KeyError:
-                raise BadRequest(f"docker_id {docker_id}: no such Docker container") from None
-            except DockerUnavailable as e:
-                raise Unavailable(str(e)) from None
-            if label != h.container_id:
-                raise BadRequest(f"docker_id {docker_id}: its label mesos-gpu.container-id is "
-                                 f"{label!r}, not {h.container_id!r}")
-        log.info("isolated %s: Docker container %s, GPUs %s", h.container_id, docker_id[:12],
-                 list(h.gpus))
-        return replace(h, state="isolated", docker_id=docker_id)
+    def _check_docker_label(self, container_id: str, docker_id: str) -> None:
+        """The Docker container must carry our label with this container id. Asked of the
+        engine before the service lock is taken: the engine may be slow."""
+        if self.docker is None:
+            return
+        try:
+            label = self.docker.label_of(docker_id)
+        except KeyError:
+            raise BadRequest(f"docker_id {docker_id}: no such Docker container") from None
+        except DockerUnavailable as e:
+            raise Unavailable(str(e)) from None
+        if label != container_id:
+            raise BadRequest(f"docker_id {docker_id}: its label mesos-gpu.container-id is "
+                             f"{label!r}, not {container_id!r}")
 
     def _isolate_cgroup(self, h: Holding, pid: int, caller: Owner) -> Holding:
         placed = Placed.of_process(pid)
@@ -312,10 +326,12 @@ class AgentService:
         emptied and removed, its GPUs back. A Docker container is the caller's to
         remove (the reconciler removes one whose owner is gone)."""
         with self.lock:
+            # stopped for a GPU fault: said even when the owner's cleanup overtakes the
+            # stop (a Docker container is removed outside the lock)
             stop = self.health.stop_of(request.container_id) if self.health else None
-            if stop is not None and request.container_id not in self.holdings:
-                return Cleanup(request.container_id, stopped=GpuFaultStop(
-                    stop.message, stop.uuids, stop.xid))
+            stopped = GpuFaultStop(stop.message, stop.uuids, stop.xid) if stop else None
+            if stopped is not None and request.container_id not in self.holdings:
+                return Cleanup(request.container_id, stopped=stopped)
             h = self._get(request.container_id)
             killed = self._remove_cgroups(h)
             crashpoints.reached("cleanup:after_kernel", h.container_id)
@@ -324,7 +340,7 @@ class AgentService:
                 log.info("cleanup of %s killed %d leftover process(es)", h.container_id,
                          len(killed))
             log.info("cleaned up %s: GPUs %s back to the pool", h.container_id, list(h.gpus))
-            return Cleanup(h.container_id, h.gpus, tuple(killed))
+            return Cleanup(h.container_id, h.gpus, tuple(killed), stopped)
 
     def _remove_cgroups(self, h: Holding) -> List[int]:
         if h.container_type != MESOS:
@@ -339,27 +355,41 @@ class AgentService:
                 log.warning("container %s: cannot remove %s: %s", h.container_id, path, e)
         return sorted(set(killed))
 
-    def release(self, h: Holding, reason: str, why: str) -> bool:
-        """Stop a container nobody owns any more and give its GPUs back (`reason` is a
-        short code counted in the metrics, `why` the sentence logged); False when the
-        holding changed meanwhile (its owner cleaned it up, say) and nothing was done."""
+    def release(self, h: Holding, reason: str, why: str, stop: bool = True) -> bool:
+        """Give back the GPUs of a container nobody holds any more (`reason` is a short
+        code counted in the metrics, `why` the sentence logged) and, with `stop`, stop the
+        container too; False when the holding changed meanwhile (its owner cleaned it up,
+        say) and nothing was done. A Docker container is removed without the service lock
+        (the engine may be slow); its GPUs stay held until it is gone."""
         with self.lock:
             if self.holdings.get(h.container_id) is not h:
                 return False
-            if h.container_type == DOCKER and self.docker is not None:
-                try:
-                    self.docker.remove(h.container_id, h.docker_id)
-                except DockerUnavailable as e:
-                    log.warning("container %s: %s; its GPUs stay held until Docker answers",
-                                h.container_id, e)
-                    return False
-            killed = self._remove_cgroups(h)
+        if stop and h.container_type == DOCKER and self.docker is not None:
+            try:
+                self.docker.remove(h.container_id, h.docker_id)
+            except DockerUnavailable as e:
+                log.warning("container %s: %s; its GPUs stay held until Docker answers",
+                            h.container_id, e)
+                return False
+        with self.lock:
+            if self.holdings.get(h.container_id) is not h:
+                return False
+            killed = self._remove_cgroups(h) if stop else []
             crashpoints.reached("release:after_stop", h.container_id)
             self._drop(h)
             self.counters[f"released_{reason}"] += 1
         log.warning("container %s released GPUs %s: %s%s", h.container_id, list(h.gpus), why,
                     f" ({len(killed)} process(es) killed)" if killed else "")
         return True
+
+    def adopt(self, h: Holding, docker_id: str) -> None:
+        """A DOCKER container prepared, never isolated, that does run: record it isolated
+        (its executor died between `docker run` and isolate, or the answer was lost)."""
+        with self.lock:
+            if self.holdings.get(h.container_id) is h:
+                self._put(replace(h, state="isolated", docker_id=docker_id))
+                log.info("container %s: its Docker container %s runs: recorded as isolated",
+                         h.container_id, docker_id[:12])
 
     def usage(self, container_id: str) -> Usage:
         """The container's GPUs now: the whole GPU's figures, and its own processes'."""

@@ -20,6 +20,9 @@
  * <i>, <j> are NVML indices (the order of the gpu lines).
  * Lines starting with '#' are ignored.
  * $FAKE_NVML_INIT_ERROR=<nvmlReturn_t code> makes init fail (e.g. 9 = DRIVER_NOT_LOADED).
+ * The file is read at the first nvmlInit; an nvmlInit while NVML is held open (a
+ * monitor's) reads its driver, nvml and cuda lines again when the file changed, and
+ * fails with DRIVER_NOT_LOADED while the file is gone.
  *
  * Faults at run time: $FAKE_NVML_CONTROL names an append-only file of lines, read
  * whenever the library is called (and waited on by nvmlEventSetWait through
@@ -50,6 +53,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/inotify.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
@@ -322,6 +326,35 @@ static nvmlReturn_t injected(const char *function)
     return NVML_SUCCESS;
 }
 
+static struct timespec configMtime;
+
+static int config_changed(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) != 0) return 0;
+    int changed = st.st_mtim.tv_sec != configMtime.tv_sec || st.st_mtim.tv_nsec != configMtime.tv_nsec;
+    configMtime = st.st_mtim;
+    return changed;
+}
+
+/* Another nvmlInit while one is held (a monitor keeps NVML open): the driver's
+   versions are read again if the file changed (a driver reload), the GPUs are not;
+   a file gone is a driver gone, for new inits. */
+static nvmlReturn_t reload_versions(void)
+{
+    const char *path = getenv("FAKE_NVML_CONFIG");
+    if (!path || !*path || access(path, R_OK) != 0) return NVML_ERROR_DRIVER_NOT_LOADED;
+    if (!config_changed(path)) return NVML_SUCCESS;
+    FILE *f = fopen(path, "r");
+    if (!f) return NVML_ERROR_DRIVER_NOT_LOADED;
+    char line[1024];
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "driver ", 7) || !strncmp(line, "nvml ", 5) || !strncmp(line, "cuda ", 5))
+            apply_line(line, 0);
+    fclose(f);
+    return NVML_SUCCESS;
+}
+
 static nvmlReturn_t load_config(void)
 {
     const char *err = getenv("FAKE_NVML_INIT_ERROR");
@@ -330,6 +363,7 @@ static nvmlReturn_t load_config(void)
     if (!path || !*path) return NVML_ERROR_DRIVER_NOT_LOADED;
     FILE *f = fopen(path, "r");
     if (!f) return NVML_ERROR_DRIVER_NOT_LOADED;
+    config_changed(path);
     ngpus = 0;
     for (int i = 0; i < MAXGPU; i++)
         for (int j = 0; j < MAXGPU; j++)
@@ -369,6 +403,8 @@ nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
         nvmlReturn_t r = load_config();
         if (r != NVML_SUCCESS) return r;
     } else {
+        nvmlReturn_t r = reload_versions();
+        if (r != NVML_SUCCESS) return r;
         sync_control();
     }
     nvmlReturn_t f = injected("nvmlInit");
