@@ -39,8 +39,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from common.errors import UserError
 from framework import taskinfo
-from isolator.api import NodeHealth
-from isolator.flags import METRICS_PORT_ATTRIBUTE
+from framework.gpu_usage import INTERVAL_ENV
+from isolator.api import METRICS_PORT_ATTRIBUTE, NodeHealth
 
 log = logging.getLogger(__name__)
 DEFAULT_INTERVAL = 2.0
@@ -71,7 +71,6 @@ def interval(args) -> float:
 
 def executor_env(args) -> Dict[str, str]:
     """What the executors need of these flags (their environment)."""
-    from framework.executor.usage_reporter import INTERVAL_ENV
     value = getattr(args, "gpu_usage_interval", 30.0)
     if not (0 < value <= 86400):
         raise UserError(f"--gpu_usage_interval must be more than 0 and at most 86400 "
@@ -124,6 +123,7 @@ class GpuHealthView:
         self.agents_interval = agents_interval
         self.lock = threading.Lock()
         self._agents: Dict[str, AgentHealth] = {}
+        self._listed: set = set()             # every agent id of the last list, endpoint or not
         self._listed_at = 0.0
         self._relist = threading.Event()
         self._wake = threading.Event()
@@ -161,7 +161,7 @@ class GpuHealthView:
     def offered(self, offers: List[Mapping[str, Any]]) -> None:
         """Offers came: an agent not listed yet makes the master's list be read now."""
         with self.lock:
-            unknown = any(o["agent_id"]["value"] not in self._agents for o in offers)
+            unknown = any(o["agent_id"]["value"] not in self._listed for o in offers)
         if unknown and self.enabled and time.time() - self._listed_at > self.interval:
             self._relist.set()
             self._wake.set()
@@ -227,6 +227,7 @@ class GpuHealthView:
                          agent.get("hostname"), address)
         with self.lock:
             self._agents = found
+            self._listed = {agent["id"] for agent in agents}
 
     def _poll(self, pool: ThreadPoolExecutor) -> None:
         with self.lock:

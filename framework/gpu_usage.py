@@ -17,6 +17,7 @@ from typing import Any, Mapping, Optional, Tuple
 from isolator.api import Usage
 
 DATA_KEY = "gpuUsage"
+INTERVAL_ENV = "MESOS_GPU_USAGE_INTERVAL"     # the executor's sampling interval, seconds
 
 
 @dataclass(frozen=True)

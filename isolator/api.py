@@ -36,6 +36,9 @@ SOCKET_NAME = "agent.sock"
 DEFAULT_WORK_DIR = "/var/lib/mesos-gpu"
 DEFAULT_SOCKET = f"{DEFAULT_WORK_DIR}/{SOCKET_NAME}"
 SOCKET_ENV = "MESOS_GPU_AGENT_SOCKET"          # how the executor learns the socket
+# The Mesos agent attribute naming the port of the daemon's read-only HTTP endpoint
+# (--metrics_address): how the framework finds GET /v1/health.
+METRICS_PORT_ATTRIBUTE = "gpu_metrics_port"
 
 MESOS = "MESOS"
 DOCKER = "DOCKER"

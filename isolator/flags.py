@@ -13,7 +13,7 @@ import os
 import re
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
-from isolator.api import DEFAULT_WORK_DIR
+from isolator.api import DEFAULT_WORK_DIR, METRICS_PORT_ATTRIBUTE
 
 from isolator.gpu import Gpu, Inventory
 from isolator.nvml import ENV_LIBRARY
@@ -24,7 +24,6 @@ DEFAULT_ISOLATION = "filesystem/linux,cgroups/devices,gpu/nvidia"
 DEFAULT_VOLUME_ROOT = "/var/run/mesos/isolators/gpu"
 DEFAULT_DOCKER_SOCKET = "unix:///var/run/docker.sock"
 DEVICE_CGROUP_CHOICES = ("auto", "v1", "v2", "both")
-METRICS_PORT_ATTRIBUTE = "gpu_metrics_port"
 ON_GPU_FAULT = ("kill", "keep")
 
 

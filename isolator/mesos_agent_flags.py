@@ -30,7 +30,8 @@ from collections import Counter
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-from isolator.flags import METRICS_PORT_ATTRIBUTE, FlagError, parse_resources
+from isolator.api import METRICS_PORT_ATTRIBUTE
+from isolator.flags import FlagError, parse_resources
 from isolator.gpu import Gpu, Inventory
 from isolator.platform_features import ATTRIBUTE as PLATFORM_ATTRIBUTE, NodePlatform
 

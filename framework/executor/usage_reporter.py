@@ -13,11 +13,10 @@ import threading
 import time
 from typing import Callable, Optional
 
-from framework.gpu_usage import TaskGpuUsage, status_data
+from framework.gpu_usage import INTERVAL_ENV, TaskGpuUsage, status_data
 from isolator.client import AgentClient, AgentError
 
 log = logging.getLogger("mesos-gpu.executor")
-INTERVAL_ENV = "MESOS_GPU_USAGE_INTERVAL"
 DEFAULT_INTERVAL = 30.0
 FIRST_SAMPLE = 2.0
 
