@@ -17,7 +17,8 @@ call NVML, so any number of scrapers cost the GPUs nothing.
 
 Ours: mesos_gpu_gpu_health (one series per state, 1 for the current one),
 mesos_gpu_gpus_unhealthy, health transitions, XIDs by code and effect, ECC
-events, self-checks, NVML errors by function, event-set restarts; and per task
+events, self-checks, containers stopped for a GPU fault, NVML errors by
+function, event-set restarts; and per task
 (the container's own processes, by their cgroups: process_containers.py)
 mesos_gpu_task_gpu_memory_used_bytes, mesos_gpu_task_gpu_utilization_percent
 and mesos_gpu_task_gpu_processes.
@@ -140,6 +141,10 @@ def _health(out: Text, service: "AgentService", gpus: List[Gpu],
                "Self-checks of GPUs whose quiet period ended, by result.",
                [({**_short(by_minor[m]), "result": result}, n)
                 for (m, result), n in sorted(snap.get("probes", {}).items()) if m in by_minor])
+    out.family("mesos_gpu_containers_stopped_for_gpu_fault_total", "counter",
+               "Containers the daemon stopped because a GPU they held got a fault that "
+               "loses the work on it (--on_gpu_fault kill); counted when decided, once.",
+               [({}, service.counters.get("gpu_fault_stops", 0))])
     out.family("mesos_gpu_nvml_errors_total", "counter",
                "NVML calls of the health monitor that failed, by function.",
                [({"function": name}, n) for name, n in sorted(snap.get("nvml_errors", {}).items())])

@@ -420,9 +420,21 @@ class AgentService:
         gpu = self.gpus[minor]
         for h in holders:
             message = f"GPU {minor} ({gpu.uuid}) became unhealthy: {fault.detail}"
-            self.health.record_stop(Stop(h.container_id, message, (minor,), (gpu.uuid,),
-                                         fault.xid, time.time()))
+            if self.fault_stop(h) is None:   # a condition that holds comes back every poll
+                self.health.record_stop(Stop(h.container_id, message, (minor,), (gpu.uuid,),
+                                             fault.xid, time.time()))
+                with self.lock:
+                    self.counters["gpu_fault_stops"] += 1
+            crashpoints.reached("gpu_fault:after_record", h.container_id)
+            # not done (Docker did not answer, the holding changed meanwhile, the daemon
+            # died): the reconciler stops it, the stop being on record
             self.release(h, "gpu_unhealthy", message)
+
+    def fault_stop(self, h: Holding) -> Optional[Stop]:
+        """The stop decided for this container because a GPU it held got a fault that
+        loses the work on it; None when none was (since it was prepared)."""
+        stop = self.health.stop_of(h.container_id) if self.health is not None else None
+        return stop if stop is not None and stop.at >= h.prepared_at else None
 
     def health_report(self) -> NodeHealth:
         if self.health is None:

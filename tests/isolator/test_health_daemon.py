@@ -3,6 +3,7 @@ time (localcluster/fake_nvml/control.py): XIDs and ECC errors as NVML events, wh
 has no event (off the bus, retired pages, row remapping, heat) by polling; the
 state machine heals each GPU without a restart; the daemon SIGKILLed while a GPU
 is unhealthy, NVML failing, events injected while the event set is restarting."""
+import signal
 import time
 import urllib.request
 
@@ -32,10 +33,10 @@ def wait_until(predicate, timeout=15.0, what="the condition"):
 @pytest.fixture
 def sick_node(daemon_factory, tmp_path):
     """A daemon on eight V100s whose NVML takes faults from `node.nvml`."""
-    def start(extra=(), layout="v100x8", work_dir=None):
+    def start(extra=(), layout="v100x8", work_dir=None, env=None):
         control = tmp_path / "nvml.control"
         agent = daemon_factory(layout, extra=[*FAST, *extra], control=control,
-                               work_dir=work_dir)
+                               work_dir=work_dir, env=env)
         agent.nvml = Control(control)
         return agent
     return start
@@ -80,6 +81,8 @@ def test_critical_xid_stops_the_task_on_it_and_the_gpu_heals(sick_node, probers)
 
     wait_until(lambda: state(agent, 2).state == "healthy", 10, "GPU 2 healthy again")
     assert minors_of(c.prepare("all", 8)) == list(range(8))   # allocatable again, no restart
+    families = parse(c.metrics())
+    assert families["mesos_gpu_containers_stopped_for_gpu_fault_total"].samples[0].value == 1
     log = agent.log()
     assert "GPU 2 (GPU-00000100-0002-4a7e-9c1d-000001000002): healthy -> unhealthy: XID 79" in log
     assert "unhealthy -> probing" in log and "probing -> healthy: self-check passed" in log
@@ -199,6 +202,42 @@ def test_sigkill_while_unhealthy_keeps_the_state(sick_node, probers):
     wait_until(lambda: state(again, minor).state == "healthy", 15, "healed after the restart")
     wait_until(lambda: state(again, 5).state == "healthy", 15, "GPU 5 back")
     assert minors_of(again.client.prepare("eight", 8)) == list(range(8))
+
+
+def test_sigkill_between_the_decision_and_the_stop_finishes_it_after_restart(sick_node,
+                                                                            probers):
+    """The daemon dies after the stop is on record, before it is done: the daemon that
+    comes back stops the container (the event is not delivered again: its reconciler
+    reads the record), and the executor still learns why."""
+    agent = sick_node(env={"MESOS_GPU_CRASH_AT": "gpu_fault:after_record@doomed"})
+    c = agent.client
+    doomed, other = new_prober(probers), new_prober(probers)
+    grant = c.prepare("doomed", 1)
+    c.isolate("doomed", pid=doomed.pid)
+    c.prepare("other", 1)
+    c.isolate("other", pid=other.pid)
+    g = grant.gpus[0]
+    agent.nvml.xid(g.index, 79)
+    assert agent.proc.wait(15) == -signal.SIGKILL
+    assert doomed.alive()                               # decided, not done
+
+    again = sick_node(work_dir=agent.work_dir)
+    wait_until(lambda: not doomed.alive(), 10, "the stop done by the new daemon")
+    wait_until(lambda: "doomed" not in again.client.info()["containers"], 5, "GPUs back")
+    assert other.alive() and "other" in again.client.info()["containers"]
+    assert state(again, g.minor).state == "unhealthy"
+    assert f"container doomed released GPUs [{g.minor}]: GPU {g.minor} ({g.uuid}) became " \
+           "unhealthy: XID 79" in again.log()
+    stopped = again.client.cleanup("doomed").stopped
+    assert stopped is not None and stopped.xid == 79
+    assert values(parse(again.client.metrics())["mesos_gpu_containers_released_total"],
+                  "reason")["gpu_unhealthy"] == 1
+    # a container prepared later under the same id is not taken for the stopped one
+    c2 = new_prober(probers)
+    again.client.prepare("doomed", 1)
+    again.client.isolate("doomed", pid=c2.pid)
+    time.sleep(1.5)                                     # three reconcile passes
+    assert c2.alive() and "doomed" in again.client.info()["containers"]
 
 
 def test_events_while_waits_fail_and_the_event_set_restarts(sick_node):
