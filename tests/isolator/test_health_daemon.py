@@ -358,6 +358,28 @@ def test_metrics_address_taken_refuses_the_start(daemon_factory):
     assert not (agent.work_dir / "agent.sock").exists()
 
 
+@pytest.mark.parametrize("address,said", [
+    ("no-such-host.invalid:9400", "--metrics_address=no-such-host.invalid:9400: "),
+    ("192.0.2.1:9400", "--metrics_address=192.0.2.1:9400: cannot listen there: "),
+    ("127.0.0.1", "--metrics_address=127.0.0.1: expected HOST:PORT")])
+def test_a_bad_metrics_address_refuses_the_start_by_name(daemon_factory, address, said):
+    agent = daemon_factory(extra=["--metrics_address", address], start=False)
+    assert agent.run_to_exit() != 0
+    assert said in agent.log()
+    assert not (agent.work_dir / "agent.sock").exists()
+
+
+def test_agent_flags_name_the_metrics_port_or_refuse_port_zero(mesos_gpu_cli):
+    from localcluster import fake_nvml
+    env = fake_nvml.layout("k80").env()
+    r = mesos_gpu_cli("agent", "flags", "--metrics_address", "127.0.0.1:9400", env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[1].endswith(";gpu_metrics_port:9400"), r.stdout
+    r = mesos_gpu_cli("agent", "flags", "--metrics_address", "127.0.0.1:0", env=env)
+    assert r.returncode != 0 and "--metrics_address=127.0.0.1:0: give the port the daemon " \
+        "listens on" in r.stderr
+
+
 def test_info_shows_the_daemons_health(sick_node, mesos_gpu_cli):
     agent = sick_node(["--health_quiet_period", "60"])
     agent.nvml.xid(5, 79)
