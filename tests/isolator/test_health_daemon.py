@@ -346,6 +346,37 @@ def test_metrics_over_tcp_with_task_labels(sick_node, probers, tmp_path):
     assert usage.task_memory_used == 3 << 30 and usage.gpus[0].task_sm_utilization == 71
 
 
+def test_the_executors_usage_reports_go_on_through_a_daemon_restart(sick_node, probers):
+    """The executor's reporter (a thread in the executor) asks the daemon: the daemon
+    SIGKILLed costs no update and not the reporter; the restarted one answers again."""
+    from framework.executor.usage_reporter import UsageReporter
+    from framework.gpu_usage import from_status
+    from isolator.client import AgentClient
+    agent = sick_node()
+    task = new_prober(probers)
+    g = agent.client.prepare("user", 1).gpus[0]
+    agent.client.isolate("user", pid=task.pid)
+    agent.nvml.process(g.index, task.pid, 1 << 30, sm_percent=20)
+    sent = []
+    reporter = UsageReporter(AgentClient(str(agent.work_dir / "agent.sock"), timeout=5),
+                             "user", sent.append, every=0.2).start()
+    try:
+        wait_until(lambda: sent, 5, "a first report")
+        assert from_status({"data": sent[-1]}).memory_used == 1 << 30
+        agent.kill9()
+        agent.nvml.process(g.index, task.pid, 4 << 30, sm_percent=90)
+        time.sleep(1)                                   # samples fail: nothing is sent
+        assert len(sent) == 1 and reporter._thread.is_alive()
+        sick_node(work_dir=agent.work_dir)
+        wait_until(lambda: from_status({"data": sent[-1]}).memory_used == 4 << 30, 10,
+                   "reports from the restarted daemon")
+        assert task.alive()
+    finally:
+        last = reporter.stop()
+    usage = from_status({"data": last})
+    assert (usage.peak_memory_used, usage.utilization) == (4 << 30, 90)
+
+
 def test_metrics_address_taken_refuses_the_start(daemon_factory):
     import socket
     with socket.socket() as s:
