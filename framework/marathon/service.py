@@ -125,8 +125,8 @@ class FrameworkService:
             factory = scheduler_factory or default_scheduler_factory
             self.scheduler = factory(args, self.store)
             self.registry = Registry(self.store, self.events)
-            self.reconciler = Reconciler(self.registry, self.scheduler)
             self.leadership = SingleInstance(self._address)
+            self.reconciler = Reconciler(self.registry, self.scheduler, self.leadership.is_leader)
             self.leadership.on_lost(self._lose_leadership)
             self.leadership.on_elected(self._take_leadership)
             self.metrics = self._metrics()
