@@ -129,7 +129,9 @@ def test_agent_help_documents_every_flag_and_the_mixed_encoding(mesos_gpu_cli):
     r = mesos_gpu_cli("agent", "--help")
     for flag in ("--isolation", "--nvidia_gpu_devices", "--resources", "--work_dir",
                  "--nvml_library", "--driver_root", "--volume_root", "--device_cgroup",
-                 "--docker_socket", "--dev_dir", "--cgroups_root"):
+                 "--docker_socket", "--dev_dir", "--cgroups_root", "--metrics_address",
+                 "--health_poll_interval", "--health_quiet_period", "--xid_override",
+                 "--on_gpu_fault"):
         assert flag in r.stdout
     assert "most common model" in r.stdout and "gpu_types" in r.stdout
 

@@ -342,6 +342,15 @@ def test_metrics_over_tcp_with_task_labels(sick_node, probers, tmp_path):
         urllib.request.urlopen(urllib.request.Request(
             f"http://127.0.0.1:{port}/v1/prepare", data=b"{}", method="POST"), timeout=5)
     assert e.value.code == 404
+    # scrapers that stall mid-request cost a buffer each, not the next scrape
+    stalled = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(4)]
+    try:
+        for s in stalled:
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+        assert scrape()["mesos_gpu_task_gpu_memory_used_bytes"].samples
+    finally:
+        for s in stalled:
+            s.close()
     usage = c.usage("web")                    # what the executor reports
     assert usage.task_memory_used == 3 << 30 and usage.gpus[0].task_sm_utilization == 71
 
