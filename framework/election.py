@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Callable, List, Optional
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import KazooException, NodeExistsError
+from kazoo.exceptions import KazooException, NoNodeError, NodeExistsError
 from kazoo.handlers.threading import KazooTimeoutError
 
 from framework.zk_url import ZkUrl
@@ -97,16 +97,28 @@ class ZooKeeperElection:
                 and time.monotonic() - self._last_heard < self.lease)
 
     def leader(self) -> Optional[str]:
-        """The leading instance's API address, as its election node says."""
-        if self._leader_dirty.is_set():
+        """The leading instance's API address, as its election node says (the
+        last one read while ZooKeeper does not answer: never waits long)."""
+        if self._leader_dirty.is_set() and self._connected.is_set():
             self._leader_dirty.clear()
             try:
-                contenders = self.client.Lock(self.election_path).contenders()
-                self._leader = contenders[0] if contenders else None
+                self._leader = self._read_leader()
             except (KazooException, KazooTimeoutError) as e:
                 log.debug("reading the election: %s", e)
                 self._leader_dirty.set()
         return self._leader
+
+    def _read_leader(self) -> Optional[str]:
+        """The data of the lowest election node (kazoo's Lock names end in a sequence)."""
+        wait = max(1.0, self.heartbeat_interval)
+        children = self.client.get_children_async(self.election_path).get(timeout=wait)
+        for child in sorted(children, key=lambda name: name.rsplit("__", 1)[-1]):
+            try:
+                data, _ = self.client.get_async(f"{self.election_path}/{child}").get(timeout=wait)
+            except NoNodeError:
+                continue            # gone since the listing: the next one
+            return data.decode("utf-8")
+        return None
 
     @property
     def epoch(self) -> Optional[int]:

@@ -108,6 +108,7 @@ class ZooKeeperStore:
         self._nodes: Dict[Any, _Node] = {}                   # (kind, key) or _META -> node
         self._kinds: set = set()                             # kinds whose node exists
         self._framework_id: Optional[str] = None
+        self._framework_id_read: Optional[str] = None         # by an instance that does not lead
         self._depth = 0
         self._staged: Dict[Any, Any] = {}                    # record -> text, or None: delete
         self._undo: List[Tuple[Any, Any]] = []
@@ -199,15 +200,17 @@ class ZooKeeperStore:
     def framework_id(self) -> Optional[str]:
         if self._loaded:
             return self._framework_id
-        try:                            # a non-leader (GET /v2/info): what ZooKeeper holds
-            data, _ = self.client.get(self._record_path(_META))
-        except NoNodeError:
-            return None
-        except (KazooException, KazooTimeoutError) as e:
-            log.debug("reading the framework id: %s", e)
-            return None
+        # An instance that does not lead (GET /v2/info): what ZooKeeper holds,
+        # or the last one read when it does not answer at once.
         path = self._record_path(_META)
-        return json.loads(self._decode(path, data)[0]).get("value")
+        try:
+            data, _ = self.client.get_async(path).get(timeout=1.0)
+            self._framework_id_read = json.loads(self._decode(path, data)[0]).get("value")
+        except NoNodeError:
+            self._framework_id_read = None
+        except (KazooException, KazooTimeoutError, CorruptNode) as e:
+            log.debug("reading the framework id: %s", e)
+        return self._framework_id_read
 
     def set_framework_id(self, value: Optional[str]) -> None:
         with self.transaction():
