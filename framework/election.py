@@ -34,6 +34,8 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException, NoNodeError, NodeExistsError
 from kazoo.handlers.threading import KazooTimeoutError
 
+from framework.state_store import StoreError
+from framework.zk_codec import CorruptNode
 from framework.zk_url import ZkUrl
 
 log = logging.getLogger(__name__)
@@ -76,6 +78,8 @@ class ZooKeeperElection:
         self._suspended = False
         self._last_heard = time.monotonic()
         self._step_down = threading.Event()
+        self._not_leading = threading.Event()       # set while no leadership is held
+        self._not_leading.set()
         self._stopped = threading.Event()
         self._connected = threading.Event()
         self._leader_dirty = threading.Event()
@@ -162,17 +166,24 @@ class ZooKeeperElection:
             self._threads.append(thread)
         return self
 
-    def stop(self) -> None:
-        """Leave the election (stepping down first when leading)."""
+    def stop(self, timeout: float = 60.0) -> None:
+        """Leave the election: a leader steps down first (its `on_lost`
+        callbacks run). Returns once that is done; the election node goes with
+        the session (the caller stops the client: `join()` after it)."""
         self._stopped.set()
         self._step_down.set()
         election = self._election
         if election is not None:
             election.cancel()
-        for thread in self._threads:
-            thread.join(timeout=30)
-        self._threads = []
+        if not self._not_leading.wait(timeout):
+            log.error("stepping down did not finish within %g s", timeout)
         self.client.remove_listener(self._on_state)
+
+    def join(self, timeout: float = 10.0) -> None:
+        """Wait for the election's threads (after the client was stopped)."""
+        for thread in self._threads:
+            thread.join(timeout=timeout)
+        self._threads = []
 
     # -- kazoo callbacks (its threads: quick, no blocking calls) ----------------------
     def _on_state(self, state: str) -> None:
@@ -232,13 +243,17 @@ class ZooKeeperElection:
         with self._lock:
             self._fence = fence
             self._last_heard = time.monotonic()
+            self._not_leading.clear()
             self._leading = True
         log.info("elected leader: %s (epoch %d)", self._address(), fence.epoch)
         try:
             for callback in self._on_elected:
                 callback()
-        except Exception:
-            log.exception("taking leadership failed: stepping down")
+        except Exception as e:
+            if isinstance(e, (StoreError, CorruptNode)):   # the state's fault, said in full
+                log.error("taking leadership failed: %s; stepping down", e)
+            else:
+                log.exception("taking leadership failed: stepping down")
             self._pause_until = time.monotonic() + 2 * self.session_timeout
             self._step_down.set()
         self._step_down.wait()
@@ -251,6 +266,7 @@ class ZooKeeperElection:
             except Exception:
                 log.exception("giving up leadership: a callback failed")
         self._fence = None
+        self._not_leading.set()
 
     def _bump_epoch(self, node_path: str) -> Fence:
         """epoch + 1, written only while `node_path` (this instance's election

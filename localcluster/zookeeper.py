@@ -51,9 +51,10 @@ def four_letter(host: str, port: int, word: str, timeout: float = 1.0) -> str:
 class ZooKeeper:
     """One standalone ZooKeeper server with everything of its own under a temp run dir."""
 
-    def __init__(self) -> None:
+    def __init__(self, port: Optional[int] = None) -> None:
+        """`port`: this one (a client already waits there), else a free one."""
         self.run_dir: Optional[Path] = None
-        self.port: Optional[int] = None
+        self.port: Optional[int] = port
         self.proc: Optional[subprocess.Popen] = None
         self.paused = False
 
@@ -81,7 +82,8 @@ class ZooKeeper:
         (self.run_dir / "data").mkdir()
         processes.track(self)
         try:
-            self._launch(attempts=3, new_port=True)   # another test may grab the free port
+            # another test may grab the free port first: then another one
+            self._launch(attempts=3, new_port=self.port is None)
         except BaseException:
             self.stop()
             raise

@@ -134,8 +134,11 @@ class HighAvailability:
         self.election.start()
 
     def stop(self) -> None:
-        """Leave the election (the leader steps down first), then close the session."""
+        """Leave the election (the leader steps down first), then close the
+        session (its election node goes with it: another instance takes over
+        at once); prompt even when ZooKeeper does not answer."""
         self.election.stop()
         self.client.stop()
         self.client.close()
+        self.election.join()
 

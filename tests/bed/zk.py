@@ -59,3 +59,4 @@ class Contender:
         self.election.stop()
         self.client.stop()
         self.client.close()
+        self.election.join()

@@ -10,12 +10,11 @@ import base64
 import json
 import socket
 import threading
-import time
 
 import pytest
 
 from framework.marathon.service import FrameworkService, add_arguments
-from tests.marathon.conftest import cluster, wait_for  # noqa: F401 - the module's cluster
+from tests.marathon.conftest import wait_for
 from tests.marathon.http_client import Client
 
 CREDENTIALS = "ops:s3cret"
