@@ -322,7 +322,7 @@ class NvidiaDockerApi:
             if v not in ("*", plugin.VOLUME_KIND):
                 raise _BadRequest(f"invalid volume: {v}")
         return {"VolumeDriver": self.plugin_name,
-                "Volumes": [f"{plugin.volume_name(version)}:{environment.MOUNT_POINT}:{MOUNT_OPTIONS}"],
+                "Volumes": [f"{plugin.docker_volume_name(version)}:{environment.MOUNT_POINT}:{MOUNT_OPTIONS}"],
                 "Devices": [self._device(n.path) for n in devices.control_devices(self.dev_dir)]
                 + [self._device(os.path.join(self.dev_dir, f"nvidia{g.minor}")) for g in chosen]}
 

@@ -46,6 +46,7 @@ log = logging.getLogger("mesos-gpu.agent")
 MESOS_MISSES = 2           # passes in a row the Mesos agent must not list a container
 
 
+
 class OwnerWatcher:
     """A pidfd per owner process: `wake` is set the moment one of them ends."""
 
@@ -116,6 +117,7 @@ class Reconciler:
         self.passes = 0
         self.last_pass_seconds = 0.0
         self._mesos_misses: Counter = Counter()
+        self._ended: Dict[str, float] = {}        # container id -> when first found ended
         service.on_new_owner(self.watcher.watch)
 
     def start(self, stop: threading.Event) -> List[threading.Thread]:
@@ -166,9 +168,9 @@ class Reconciler:
             elif service.release(h, reason, why, stop):
                 released.append(h.container_id)
         known = {h.container_id for h in holdings}
-        for cid in list(self._mesos_misses):
-            if cid not in known:
-                del self._mesos_misses[cid]
+        for counter in (self._mesos_misses, self._ended):
+            for cid in [c for c in counter if c not in known]:
+                del counter[cid]
         self.passes += 1
         self.last_pass_seconds = time.monotonic() - started
         return released
@@ -209,14 +211,16 @@ class Reconciler:
                             f"runs {o.describe()}", True)
             else:
                 self._mesos_misses.pop(h.container_id, None)
+        # A task that ended is normally cleaned up by its (living) executor a moment
+        # later: only one found ended for a whole reconcile interval is released here.
         if h.container_type == MESOS and h.state == "isolated":
             paths = {**self.service.cgroups.paths(h.container_id), **h.cgroups}
-            if not self.service.cgroups.procs(paths):
+            if not self.service.cgroups.procs(paths) and self._still_ended(h, now):
                 return ("exited", "no process is left in its cgroups and no cleanup came",
                         True)
         if h.container_type == DOCKER and docker is not None:
             docker_id, state = docker.get(h.container_id, (None, ""))
-            if h.state == "isolated" and state not in LIVE_STATES:
+            if h.state == "isolated" and state not in LIVE_STATES and self._still_ended(h, now):
                 # the GPUs go back now; the container stays for its living owner to read
                 # the exit code and remove (one whose owner is gone was stopped above)
                 return ("exited", f"its Docker container is {state or 'gone'} and no cleanup "
@@ -227,6 +231,10 @@ class Reconciler:
             return ("never_isolated", f"prepared {now - h.prepared_at:.0f} s ago and never "
                     "isolated", True)
         return None
+
+    def _still_ended(self, h: Holding, now: float) -> bool:
+        first = self._ended.setdefault(h.container_id, now)
+        return now - first >= self.interval
 
     # --- the isolation auditor ----------------------------------------------------------------
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple, Union
 
 from volumes import elf, ldcache, rootpath
+from volumes.environment import DEFAULT_PATH
 from common.errors import UserError
 
 log = logging.getLogger("mesos-gpu.volume")
@@ -140,7 +141,6 @@ TLS_ABI = (0, 2, 3, 99)
 VENDOR_NEUTRAL = ("vendor-neutral GL library (GLVND or Mesa: not linked against "
                   "libnvidia-glcore/eglcore); the image brings its own")
 
-DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 FIRMWARE_DIR = "/lib/firmware/nvidia"           # where containers see GSP firmware
 # The kernel's firmware search path (drivers/base/firmware_loader), as NVIDIA's
 # toolkit walks it; the firmware_class.path parameter comes first on the host.

@@ -32,6 +32,7 @@ from typing import Any, Callable, Dict, Optional, Set, Union
 
 from volumes import builder
 from common.errors import UserError
+from common.paths import MAX_SOCKET_PATH
 
 log = logging.getLogger("mesos-gpu.volume-plugin")
 
@@ -39,7 +40,6 @@ NAME = "nvidia-docker"
 SOCKET_DIR = "/run/docker/plugins"
 VOLUME_KIND = "nvidia_driver"
 CONTENT_TYPE = "application/vnd.docker.plugins.v1+json"
-MAX_SOCKET_PATH = 107           # sun_path is 108 bytes with its NUL
 MAX_REQUEST = 1 << 20           # dockerd's requests are a few hundred bytes
 _VOLUME_NAME = re.compile(r"([a-zA-Z0-9_.-]+)_([0-9.]+)")     # nvidia-docker's rule
 
@@ -57,7 +57,8 @@ def parse_volume_name(name: Any) -> str:
                         f"(digits and dots, e.g. 535.261.03)") from None
 
 
-def volume_name(version: str) -> str:
+def docker_volume_name(version: str) -> str:
+    """The name Docker knows the driver volume by (nvidia-docker's `nvidia_driver_<v>`)."""
     return f"{VOLUME_KIND}_{version}"
 
 
@@ -109,7 +110,7 @@ class VolumePlugin:
         if version != self.driver_version:
             raise UserError(f"volume {name}: invalid volume version {version}: this host's "
                             f"driver is {self.driver_version} (use "
-                            f"{volume_name(self.driver_version)})")
+                            f"{docker_volume_name(self.driver_version)})")
         return version
 
     def _build(self, version: str) -> builder.Volume:
@@ -171,7 +172,7 @@ class VolumePlugin:
 
     def list(self, request: Dict[str, Any]) -> Dict[str, Any]:
         versions = {s.version for s in builder.list_volumes(self.volume_root)} | self.created
-        return {"Volumes": [{"Name": volume_name(v),
+        return {"Volumes": [{"Name": docker_volume_name(v),
                              "Mountpoint": str(self._on_disk(v) or "")}
                             for v in sorted(versions)], "Err": ""}
 

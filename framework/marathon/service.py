@@ -221,7 +221,7 @@ class FrameworkService:
         if supervisor is not None:      # no Mesos call, no (re)subscription unless leading
             supervisor.may_act = self.leadership.is_leader
         self.registry = Registry(self.store, self.events)
-        self.reconciler = Reconciler(self.registry, self.scheduler)
+        self.reconciler = Reconciler(self.registry, self.scheduler, self.leadership.is_leader)
         self.api = MarathonApi(ApiContext.build(self.registry, self.policy, self.info,
                                                 self.leadership, self.metrics))
 

@@ -11,6 +11,7 @@ import os
 import resource
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import List, Sequence
 
@@ -26,8 +27,10 @@ class Podman:
     def __init__(self, scratch: Path) -> None:
         self.scratch = Path(scratch)
         self.scratch.mkdir(parents=True, exist_ok=True)
+        # podman refuses a runroot longer than 50 characters (pytest's temp paths can be)
+        self.runroot = Path(tempfile.mkdtemp(prefix="pm-", dir="/tmp"))
         self.base = ["podman", "--root", str(self.scratch / "root"),
-                     "--runroot", str(self.scratch / "runroot"),
+                     "--runroot", str(self.runroot),
                      "--tmpdir", str(self.scratch / "tmp"), "--storage-driver", "vfs",
                      "--cgroup-manager", "cgroupfs", "--events-backend", "file"]
         nofile = min(4096, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
@@ -76,3 +79,5 @@ class Podman:
             except OSError:
                 pass
         shutil.rmtree(self.scratch, ignore_errors=True)
+        processes.unmount_under(self.runroot)
+        shutil.rmtree(self.runroot, ignore_errors=True)
