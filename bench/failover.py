@@ -35,8 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kazoo.client import KazooClient  # noqa: E402
 
 from localcluster.mesos import LocalCluster  # noqa: E402
+from localcluster.processes import wait_until as wait  # noqa: E402
 from localcluster.zookeeper import ZooKeeper  # noqa: E402
-from tests.bed.framework_instances import Instance, leader  # noqa: E402
+from tests.bed.framework_instances import Instance, first_write, leader  # noqa: E402
 
 HOLDER = """
 import sys, threading
@@ -76,31 +77,6 @@ def running_ids(instance: Instance, app_id: str) -> list:
 def master_ids(cluster: LocalCluster, framework_id: str) -> list:
     return sorted(t["id"] for f in cluster.state()["frameworks"] if f["id"] == framework_id
                   for t in f["tasks"] if t["state"] == "TASK_RUNNING")
-
-
-def wait(check, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{what}: not after {timeout:.0f} s")
-        time.sleep(0.05)
-
-
-def first_write(instances: list, n: int, timeout: float = 60.0) -> float:
-    started = time.monotonic()
-    body = {"id": f"/bench/probe-{n}", "cmd": "sleep 1", "cpus": 0.01, "mem": 8, "instances": 0}
-    while time.monotonic() - started < timeout:
-        for instance in instances:
-            try:
-                if instance.api.post("/v2/apps", body, timeout=5).status == 201:
-                    return time.monotonic() - started
-            except OSError:
-                pass
-        time.sleep(0.05)
-    raise RuntimeError(f"no write accepted within {timeout} s")
 
 
 def main() -> int:

@@ -1,5 +1,6 @@
 """`mesos-gpu framework --zk` instances as processes of their own (to SIGKILL,
 SIGSTOP and SIGCONT them), each with its log file and an API client."""
+import base64
 import os
 import signal
 import subprocess
@@ -24,7 +25,6 @@ class Instance:
                      "--zk", zk_url, "--http_port", str(self.port),
                      "--http_credentials", CREDENTIALS, *extra]
         self.proc: Optional[subprocess.Popen] = None
-        import base64
         self.api = Client(f"http://{self.address}",
                           {"Authorization": "Basic " + base64.b64encode(CREDENTIALS.encode()).decode()})
 
@@ -64,6 +64,22 @@ class Instance:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+def first_write(instances: List[Instance], n: int, timeout: float = 60.0) -> float:
+    """Seconds until one of `instances` accepts a write (a new app of no
+    instances, `/probe/w<n>`), trying each in turn every 50 ms."""
+    started = time.monotonic()
+    body = {"id": f"/probe/w{n}", "cmd": "sleep 1", "cpus": 0.01, "mem": 8, "instances": 0}
+    while time.monotonic() - started < timeout:
+        for instance in instances:
+            try:
+                if instance.api.post("/v2/apps", body, timeout=5).status == 201:
+                    return time.monotonic() - started
+            except OSError:
+                pass
+        time.sleep(0.05)
+    raise AssertionError(f"no write accepted within {timeout} s")
 
 
 def leader(instances: List[Instance], timeout: float = 60.0,

@@ -197,3 +197,22 @@ def test_a_leader_cut_off_from_zookeeper_stops_acting_steps_down_and_rejoins(
     assert back.store.framework_id() == framework_id
     assert api(back).get("/v2/apps/while-cut").status == 404
     assert api(back).delete("/v2/apps/cut").status == 200
+
+
+def test_zookeeper_sigkilled_and_restarted_leaves_one_leader_and_the_state(
+        instances, zookeeper):
+    services = instances(2)
+    leader = leader_of(services)
+    assert api(leader).post("/v2/apps", {"id": "/zk-crash", "cmd": "sleep 600", "cpus": 0.1,
+                                         "mem": 16}).status == 201
+    task_ids = [t["id"] for t in wait_for(lambda: running(leader, "/zk-crash"), 60)]
+    zookeeper.crash()
+    zookeeper.restart()               # same data; clients reconnect within their sessions
+    back = leader_of(services, timeout=30)
+    wait_for(lambda: [s.leadership.is_leader() for s in services].count(True) == 1, 10, 0.05)
+    assert [t["id"] for t in wait_for(lambda: running(back, "/zk-crash"), 30)] == task_ids
+    other = next(s for s in services if s is not back)
+    written = api(other).post("/v2/apps", {"id": "/after-zk-crash", "cmd": "sleep 1",
+                                           "cpus": 0.1, "mem": 16, "instances": 0})
+    assert written.status == 201, written.json
+    assert api(back).delete("/v2/apps/zk-crash").status == 200
