@@ -10,7 +10,7 @@ back as the leader gave it, with `X-Marathon-Leader: http://<leader>`. The
 request carries `Via: 1.1 <this instance>`; a request that already passed
 here is a loop (two instances each thinking the other leads) and gets 502.
 No known leader: 503 "Could not determine the current leader" (Marathon's
-words); a leader that does not answer: 503 naming it.
+words); a leader that does not answer within 10 s: 503 naming it.
 """
 import http.client
 import logging
@@ -37,9 +37,14 @@ def answered_here(request: Request) -> bool:
     return path in LOCAL_PATHS or (path == "/v2/leader" and request.method != "DELETE")
 
 
+# Marathon's --leader_proxy_read_timeout_ms default: a leader that hangs (frozen,
+# cut off) does not hold a client longer; by then another is usually elected.
+TIMEOUT = 10.0
+
+
 class LeaderProxy:
     def __init__(self, leadership: Leadership, address: Callable[[], str],
-                 timeout: float = 60.0) -> None:
+                 timeout: float = TIMEOUT) -> None:
         self.leadership = leadership
         self._address = address
         self.timeout = timeout

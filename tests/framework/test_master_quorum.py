@@ -100,5 +100,19 @@ def test_scheduler_follows_the_leading_master_of_three(zookeeper, mesos_quorum, 
         done = wait_for(sched, "after-failover", {"TASK_FINISHED", "TASK_FAILED"}, 60)
         assert done.state == "TASK_FINISHED", done
         assert done.gpus and done.gpus != before.gpus
+
+        # The killed master restarts as a replica that does not lead; the second
+        # leader dies too: the two left are a quorum, and the framework follows again.
+        first.restart()
+        assert first.leader() == second.address and not first.leading
+        second.crash()
+        third = quorum.leader(timeout=60)
+        assert third is not second
+        wait_until(lambda: (framework_on(third, framework_id) or {}).get("active"), 60,
+                   f"framework {framework_id} re-subscribed to the third leader")
+        wait_until(lambda: [(t["id"], t["state"]) for t in
+                            (framework_on(third, framework_id) or {}).get("tasks", [])]
+                   == [("survivor", "TASK_RUNNING")], 60, "the task on the third leader")
+        assert sched.task("survivor").gpus == before.gpus
     finally:
         sched.stop(teardown=True)

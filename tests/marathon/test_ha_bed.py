@@ -125,6 +125,9 @@ def test_three_instances_survive_sigkill_sigstop_and_a_master_failover(
         assert node.containers() == ledger and sorted(node.allocated()) == held
         wait_for(lambda: master_tasks(quorum, framework_id) == (
             sorted((t, "TASK_RUNNING") for t in tasks), True), timeout=60)
+        first.start()                     # restarted, it rejoins as a candidate
+        wait_for(lambda: (first.info() or {}).get("leader") == second.address, timeout=60)
+        assert first.info()["elected"] is False and running_tasks(first) == tasks
 
         # 2. SIGSTOP the leader past its session timeout; change things meanwhile
         third = next(i for i in others if i is not second)
