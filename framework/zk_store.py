@@ -3,7 +3,9 @@ shared by every framework instance, written only by the leader.
 
 Layout under `<path>/state` (nodes encoded by framework.zk_codec):
 
-    records/<kind>/<key>      one record (kind and key URL-quoted: app ids hold '/')
+    records/<kind>/<key>      one record (kind and key URL-quoted: app ids hold '/');
+                              a kind's node goes in the change that removes its
+                              last record (kinds per app: app_version:<id>)
     framework_id              the Mesos framework id, as a record {"value": ...}
     journal/tx-<seq>          a transaction too big for one ZooKeeper request
 
@@ -75,6 +77,8 @@ class _Ops:
     items: List[Tuple] = field(default_factory=list)        # ("create"|"set"|"delete"|"check", path, data, version)
     size: int = 0
     after: Dict[Any, Optional[_Node]] = field(default_factory=dict)   # record -> node (None: gone)
+    kinds: set = field(default_factory=set)                 # the kinds whose node exists then
+    pruned: List[str] = field(default_factory=list)         # kinds whose node goes (no records left)
 
     def add(self, op: str, path: str, data: bytes = b"", version: int = -1) -> None:
         self.items.append((op, path, data, version))
@@ -135,6 +139,7 @@ class ZooKeeperStore:
                     self.client.ensure_path(f"{self._root}/{node}")
                 self._recover_journal()
                 self._read_all()
+                self._prune_empty_kinds()
             except (KazooException, KazooTimeoutError) as e:
                 raise StoreError(f"state store {self.path}: cannot read it: "
                                  f"{type(e).__name__} {e}") from e
@@ -185,6 +190,21 @@ class ZooKeeperStore:
             raise CorruptNode(path, "it holds no framework id")
         self._framework_id = value
         self._nodes[_META] = _Node(stat.version, parts)
+
+    def _prune_empty_kinds(self) -> None:
+        """Remove the kind nodes without records (a recovered journal change
+        that emptied one: _apply cannot know it from memory then)."""
+        empty = sorted(kind for kind, records in self._records.items() if not records)
+        if not empty:
+            return
+        try:
+            fence = self._fence()
+        except NotLeading as e:
+            raise StoreError(f"state store {self.path}: not loaded: {e}") from None
+        self._in_requests(fence, [("delete", self._kind_path(kind), b"", -1) for kind in empty])
+        for kind in empty:
+            del self._records[kind]
+            self._kinds.discard(kind)
 
     def _decode(self, path: str, data: bytes) -> Tuple[str, int]:
         count = zk_codec.part_count(path, data)
@@ -316,27 +336,39 @@ class ZooKeeperStore:
             fence = self._fence()
         except NotLeading as e:
             raise StoreError(f"state store {self.path}: not written: {e}") from None
-        ops = self._ops(self._staged, fence, dict(self._nodes), set(self._kinds))
+        ops = self._ops(self._staged, fence, dict(self._nodes), set(self._kinds), prune=True)
         if not ops.items:
             return
-        if ops.size + 3 * _OP_OVERHEAD <= self.request_limit:
-            self._run(fence, ops)
-            after = ops.after
-        else:
-            after = self._journal(fence, self._staged)
+        try:
+            if ops.size + 3 * _OP_OVERHEAD <= self.request_limit:
+                self._run(fence, ops)
+                after = ops.after
+            else:
+                after = self._journal(fence, self._staged)
+        except (KazooException, KazooTimeoutError) as e:
+            # _run names its own failures; this is a read the journal makes
+            # between its requests (after the commit point, maybe): what
+            # ZooKeeper holds is unknown, so this instance must not go on.
+            why = f"ZooKeeper failed mid-change ({type(e).__name__} {e}): its outcome is unknown"
+            self._on_fenced(why)
+            raise StoreError(f"state store {self.path}: {why}") from e
         for record, node in after.items():
             if node is None:
                 self._nodes.pop(record, None)
             else:
                 self._nodes[record] = node
-        self._kinds.update(r[0] for r, text in self._staged.items()
-                           if r is not _META and text is not None)
+        self._kinds = ops.kinds
+        for kind in ops.pruned:
+            if not self._records.get(kind):
+                self._records.pop(kind, None)
 
     def _ops(self, staged: Dict[Any, Any], fence: Fence, nodes: Dict[Any, _Node],
-             kinds: set) -> _Ops:
+             kinds: set, prune: bool = False) -> _Ops:
         """The operations that make each staged record's node what it should be,
-        given what ZooKeeper holds (`nodes`; versions are checked)."""
-        ops = _Ops()
+        given what ZooKeeper holds (`nodes`; versions are checked). `prune`: the
+        kinds left without records (memory holds the state after the change)
+        lose their node too (an app's versions, once the app is gone)."""
+        ops = _Ops(kinds=kinds)
         for record, text in staged.items():
             if record is not _META and text is not None and record[0] not in kinds:
                 ops.add("create", self._kind_path(record[0]))
@@ -365,6 +397,13 @@ class ZooKeeperStore:
             for index in range(len(parts), old_parts):
                 ops.add("delete", f"{path}/{zk_codec.part_name(index)}")
             ops.after[record] = _Node(0 if node is None else node.version + 1, len(parts))
+        if prune:
+            emptied = {r[0] for r, text in staged.items() if r is not _META and text is None
+                       and r[0] in kinds and not self._records.get(r[0])}
+            for kind in sorted(emptied):
+                ops.add("delete", self._kind_path(kind))
+                kinds.discard(kind)
+                ops.pruned.append(kind)
         return ops
 
     def _run(self, fence: Fence, ops: _Ops) -> List[Any]:
@@ -434,7 +473,7 @@ class ZooKeeperStore:
                              if c.startswith(zk_codec.PART_PREFIX)])
                 nodes[record] = _Node(stat.version, parts)
         kinds = {unquote(k) for k in self.client.get_children(f"{self._root}/{RECORDS}")}
-        ops = self._ops(staged, fence, nodes, kinds)
+        ops = self._ops(staged, fence, nodes, kinds, prune=self._loaded)
         self._in_requests(fence, ops.items)
         return ops.after
 

@@ -91,6 +91,48 @@ def test_compressed_at_the_threshold_and_split_above_the_node_size(leader, zk):
     assert store_of(leader).snapshot() == store.snapshot()
 
 
+def kinds(zk):
+    return set(zk.get_children(f"{PATH}/state/records"))
+
+
+VERSIONS = "app_version%3A%2Fa"         # kind app_version:/a, quoted in its node name
+
+
+def test_a_kind_node_goes_with_its_last_record(leader, zk):
+    store = store_of(leader)
+    store.put("app_version:/a", "v1", {"v": 1})
+    store.put("app_version:/a", "v2", {"v": 2})
+    store.put("app", "/a", {"id": "/a"})
+    store.delete("app_version:/a", "v1")
+    assert VERSIONS in kinds(zk)                    # a record left: the kind stays
+    with store.transaction():                       # the app goes, and its versions
+        store.delete("app_version:/a", "v2")
+        store.delete("app", "/a")
+    assert not kinds(zk) & {VERSIONS, "app"}
+    assert store.items("app_version:/a") == {} and "app" not in store.snapshot()
+    store.put("app_version:/a", "v3", {"v": 3})      # the kind comes back with a record
+    assert zk.get_children(f"{PATH}/state/records/{VERSIONS}") == ["v3"]
+    with store.transaction():                       # emptied and filled in one change
+        store.delete("app_version:/a", "v3")
+        store.put("app_version:/a", "v4", {"v": 4})
+    assert zk.get_children(f"{PATH}/state/records/{VERSIONS}") == ["v4"]
+    assert store_of(leader).snapshot() == store.snapshot()
+
+
+def test_pruning_never_removes_a_record_the_leader_does_not_know(leader, zk):
+    told = []
+    store = store_of(leader, fenced=told.append)
+    store.put("app_version:/a", "v1", {"v": 1})
+    # Another writer's record in the kind (impossible past the fence; here by hand):
+    # ZooKeeper refuses to remove a kind node that is not empty, so the change fails whole.
+    zk.create(f"{PATH}/state/records/{VERSIONS}/v9", b"mesos-gpu-state/1 json epoch=1\n{}")
+    with pytest.raises(StoreError, match="another writer changed the state"):
+        store.delete("app_version:/a", "v1")
+    assert told and "another writer" in told[0]
+    assert store.items("app_version:/a") == {"v1": {"v": 1}}          # memory rolled back
+    assert sorted(zk.get_children(f"{PATH}/state/records/{VERSIONS}")) == ["v1", "v9"]
+
+
 def test_a_change_bigger_than_one_request_is_journalled_atomically(leader, zk):
     store = store_of(leader)
     records = {f"t{i}": {"n": i, "pad": f"{i * 104729 % 1000003:07d}" * 60} for i in range(60)}
@@ -100,6 +142,17 @@ def test_a_change_bigger_than_one_request_is_journalled_atomically(leader, zk):
     assert store.journalled == 1
     assert zk.get_children(f"{PATH}/state/journal") == []
     assert store_of(leader).items("task") == records
+
+    store.put("app_version:/a", "v1", {"v": 1})
+    with store.transaction():                       # a journalled change empties a kind
+        for key in records:
+            store.delete("task", key)
+        store.delete("app_version:/a", "v1")
+        store.put("app", "/a", {"pad": NOISE})
+    assert store.journalled == 2
+    assert not kinds(zk) & {"task", VERSIONS}
+    store.put("task", "t0", {"n": 0})                # and the kind comes back with a record
+    assert store_of(leader).snapshot() == store.snapshot()
 
 
 def journal_crash(store, monkeypatch, where):
@@ -124,6 +177,7 @@ def test_a_journalled_change_cut_short_is_dropped_or_finished_by_the_next_load(
         leader, zk, monkeypatch, where):
     store = store_of(leader)
     store.put("task", "t0", {"n": "before"})
+    store.put("app_version:/a", "v1", {"v": 1})
     big = {f"t{i}": {"n": i, "pad": f"{i * 104729 % 1000003:07d}" * 60} for i in range(1, 61)}
     journal_crash(store, monkeypatch, where)
     with pytest.raises(StoreError, match="killed"):
@@ -131,15 +185,52 @@ def test_a_journalled_change_cut_short_is_dropped_or_finished_by_the_next_load(
             for key, value in big.items():
                 store.put("task", key, value)
             store.delete("task", "t0")
+            store.delete("app_version:/a", "v1")
     assert store.items("task") == {"t0": {"n": "before"}}     # memory rolled back
+    assert store.items("app_version:/a") == {"v1": {"v": 1}}
     assert len(zk.get_children(f"{PATH}/state/journal")) == 1
 
     recovered = store_of(leader)           # the next leader's load
     assert zk.get_children(f"{PATH}/state/journal") == []
     if where == "before commit":
         assert recovered.items("task") == {"t0": {"n": "before"}}
+        assert VERSIONS in kinds(zk)
     else:
         assert recovered.items("task") == big
+        assert VERSIONS not in kinds(zk)         # the kind it emptied goes at that load
+        assert recovered.items("app_version:/a") == {}
+    assert store_of(leader).snapshot() == recovered.snapshot()
+
+
+def test_zookeeper_lost_mid_change_is_an_unknown_outcome(zookeeper, leader, zk, monkeypatch):
+    """ZooKeeper hangs after a journalled change's commit point, while the
+    leader reads what to apply: the leader cannot know what ZooKeeper holds, so
+    it is told to step down; the next leader's load finishes the change."""
+    told = []
+    store = store_of(leader, fenced=told.append)
+    store.put("task", "t0", {"n": "before"})
+    big = {f"t{i}": {"n": i, "pad": f"{i * 104729 % 1000003:07d}" * 60} for i in range(1, 61)}
+    real_apply = store._apply
+
+    def apply(fence, staged):
+        zookeeper.pause()                             # SIGSTOP: no answer, then connection loss
+        return real_apply(fence, staged)
+    monkeypatch.setattr(store, "_apply", apply)
+    with pytest.raises(StoreError, match=r"ZooKeeper failed mid-change \(ConnectionLoss"):
+        with store.transaction():
+            for key, value in big.items():
+                store.put("task", key, value)
+    assert told and "its outcome is unknown" in told[0]
+    zookeeper.resume()
+    monkeypatch.undo()
+    after = Contender(zookeeper.hosts, PATH, "127.0.0.1:2").start()   # the next leader
+    try:
+        leader.stop()
+        assert after.elected.wait(20)
+        assert store_of(after).items("task") == dict(big, t0={"n": "before"})
+        assert zk.get_children(f"{PATH}/state/journal") == []
+    finally:
+        after.stop()
 
 
 def test_a_stale_leader_cannot_write(zookeeper, leader, zk):
