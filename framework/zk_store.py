@@ -36,9 +36,8 @@ import logging
 import threading
 import uuid
 import zlib
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 from urllib.parse import quote, unquote
 
 from kazoo.client import KazooClient
@@ -47,7 +46,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 
 from framework import state_migration, zk_codec
 from framework.election import Fence, NotLeading
-from framework.state_store import StoreError
+from framework.state_store import NestedTransactions, StoreError
 from framework.zk_codec import CorruptNode
 from framework.zk_url import ZkUrl
 
@@ -85,8 +84,11 @@ class _Ops:
         self.size += len(data) + len(path) + _OP_OVERHEAD
 
 
-class ZooKeeperStore:
-    """framework.state_store.SchedulerStore on ZooKeeper, for the leading instance."""
+class ZooKeeperStore(NestedTransactions):
+    """framework.state_store.SchedulerStore on ZooKeeper, for the leading instance.
+    All changes inside `transaction()` are one ZooKeeper change (nesting joins
+    the outer one); reads inside see them. A refused change raises StoreError
+    and leaves nothing of it, in ZooKeeper or in memory."""
 
     def __init__(self, client: KazooClient, url: ZkUrl, fence: Callable[[], Fence],
                  on_fenced: Callable[[str], None] = lambda why: None,
@@ -113,7 +115,6 @@ class ZooKeeperStore:
         self._kinds: set = set()                             # kinds whose node exists
         self._framework_id: Optional[str] = None
         self._framework_id_read: Optional[str] = None         # by an instance that does not lead
-        self._depth = 0
         self._staged: Dict[Any, Any] = {}                    # record -> text, or None: delete
         self._undo: List[Tuple[Any, Any]] = []
         self.journalled = 0                                  # changes that went through the journal
@@ -271,32 +272,10 @@ class ZooKeeperStore:
     def close(self) -> None:
         self.unload()
 
-    @contextmanager
-    def transaction(self) -> Iterator["ZooKeeperStore"]:
-        """All changes inside are one ZooKeeper change (nesting joins the outer
-        one); reads inside see them. A refused change raises StoreError and
-        leaves nothing of it, in ZooKeeper or in memory."""
-        with self._lock:
-            self._check_loaded()
-            self._depth += 1
-            try:
-                yield self
-            except BaseException:
-                self._depth -= 1
-                if self._depth == 0:
-                    self._rollback()
-                raise
-            self._depth -= 1
-            if self._depth == 0:
-                try:
-                    self._commit()
-                except BaseException:
-                    self._rollback()
-                    raise
-                finally:
-                    self._staged, self._undo = {}, []
-
     # -- staging ------------------------------------------------------------------------
+    def _begin(self) -> None:
+        self._check_loaded()
+
     def _check_loaded(self) -> None:
         if not self._loaded:
             raise StoreError(f"state store {self.path}: not loaded: this instance does not "
@@ -330,6 +309,10 @@ class ZooKeeperStore:
 
     # -- committing ---------------------------------------------------------------------------
     def _commit(self) -> None:
+        self._write()
+        self._staged, self._undo = {}, []
+
+    def _write(self) -> None:
         if not self._staged:
             return
         try:

@@ -1,12 +1,9 @@
 """The framework survives the loss of its Mesos master, on the real Mesos 1.11
 processes of the test bed.
 
-Why not a ZooKeeper leader election: the bed's master mode is Mesos's
-`local::launch`, which always builds a standalone contender and detector
-(MESOS_ZK is read and ignored: every master elects itself at once). So the
-failover shown is a single master's: it keeps its registry in a replicated log
-(quorum 1) in its work dir, is killed with SIGKILL and comes back on the same
-address. The scheduler, pointed at that address, reconnects by itself and
+A single master's failover (three masters elected on ZooKeeper:
+test_master_quorum.py): it keeps its registry in a replicated log (quorum 1)
+in its work dir, is killed with SIGKILL and comes back on the same address. The scheduler, pointed at that address, reconnects by itself and
 re-subscribes with its framework id, well within its failover timeout.
 
 The agent is held (SIGSTOP) over the failover, so the framework is back first,

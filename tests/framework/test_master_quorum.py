@@ -10,6 +10,7 @@ task keeps running as the same task on the same GPU; new work launches."""
 import time
 
 import pytest
+from kazoo.client import KazooClient
 
 from framework.scheduler import GpuScheduler, RetryPolicy, SchedulerConfig
 from framework.state_store import StateStore
@@ -40,7 +41,6 @@ def test_scheduler_follows_the_leading_master_of_three(zookeeper, mesos_quorum, 
     assert sum(m.leading for m in quorum.masters) == 1
     # every master names the same leader, and ZooKeeper holds the three contenders
     assert {m.leader() for m in quorum.masters} == {first.address}
-    from kazoo.client import KazooClient
     zk = KazooClient(hosts=zookeeper.hosts)
     zk.start()
     try:
