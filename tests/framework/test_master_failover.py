@@ -3,8 +3,9 @@ processes of the test bed.
 
 A single master's failover (three masters elected on ZooKeeper:
 test_master_quorum.py): it keeps its registry in a replicated log (quorum 1)
-in its work dir, is killed with SIGKILL and comes back on the same address. The scheduler, pointed at that address, reconnects by itself and
-re-subscribes with its framework id, well within its failover timeout.
+in its work dir, is killed with SIGKILL and comes back on the same address.
+The scheduler, pointed at that address, reconnects by itself and re-subscribes
+with its framework id, well within its failover timeout.
 
 The agent is held (SIGSTOP) over the failover, so the framework is back first,
 as it often is in a real cluster: the new master drops reconciliation requests
