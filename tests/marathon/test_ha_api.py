@@ -187,8 +187,9 @@ def test_a_leader_cut_off_from_zookeeper_stops_acting_steps_down_and_rejoins(
         refused = api(leader).post("/v2/apps", {"id": "/while-cut", "cmd": "sleep 1",
                                                 "cpus": 0.1, "mem": 16})
         assert refused.status == 503, refused.json
-        wait_for(lambda: leader.api is None, 10, 0.05)       # stepped down: state dropped
-        assert leader.scheduler is None
+        # stepped down: the API first, then the reconciler and scheduler stop, the state is dropped
+        wait_for(lambda: leader.api is None and leader.scheduler is None, 10, 0.05)
+        assert leader.reconciler is None and leader.registry is None
     finally:
         zookeeper.resume()
     back = leader_of(services, timeout=30)
