@@ -12,14 +12,11 @@ import time
 import pytest
 from kazoo.client import KazooClient
 
-from framework.scheduler import GpuScheduler, RetryPolicy, SchedulerConfig
-from framework.state_store import StateStore
-from framework.taskinfo import ExecutorSettings
 from framework.task_spec import TaskSpec
 from localcluster import fake_nvml
 from localcluster.gpu_node import GpuNode
 from tests.framework.e2e import wait_for
-from tests.framework.test_master_failover import wait_until
+from tests.framework.test_master_failover import started_scheduler, survivor_running, wait_until
 
 AGENT_ENV = {"MESOS_REGISTRATION_BACKOFF_FACTOR": "100ms"}
 
@@ -55,20 +52,9 @@ def test_scheduler_follows_the_leading_master_of_three(zookeeper, mesos_quorum, 
     agent = mesos_agent(quorum.address, resources, attributes, hostname="agent-k80",
                         env=AGENT_ENV)
     agent_id = agent.id
-    config = SchedulerConfig(master=quorum.address, name="fw-quorum", refuse_seconds=1,
-                             failover_timeout=300, retry=RetryPolicy(max_attempts=1),
-                             executor=ExecutorSettings(agent_socket=str(node.socket)))
-    sched = GpuScheduler(config, StateStore(tmp_path / "state"))
-    updates = []
-    sched.on_update(lambda r: updates.append((time.monotonic(), r)))
-    sched.start()
+    sched, updates = started_scheduler(quorum.address, "fw-quorum", node, tmp_path)
     try:
-        assert sched.wait_subscribed(60)
-        framework_id = sched.framework_id
-        sched.submit(TaskSpec(id="survivor", gpus=1, cpus=0.1, mem=32, cmd="sleep 300"))
-        before = wait_for(sched, "survivor", {"TASK_RUNNING"}, 60)
-        assert len(before.gpus) == 1
-        ledger = node.containers()
+        framework_id, before, ledger = survivor_running(sched, node, 60)
 
         killed_at = time.monotonic()
         first.crash()
