@@ -48,6 +48,8 @@ setup(
             "nvidia-cuda-nvcc-cu12>=12.0",
             # The dashboard's tests drive Debian's chromium (install.sh) through chromedriver.
             "selenium>=4.20",
+            # The Prometheus project's own parser reads every /metrics endpoint.
+            "prometheus_client>=0.17",
         ],
     },
     entry_points={"console_scripts": ["mesos-gpu = mesos_gpu.main:main"]},

@@ -74,6 +74,7 @@ class TaskRecord:
     role: str = ""
     gpus: list[str] = field(default_factory=list)
     variant: dict = field(default_factory=dict)   # the image variant launched (pinned)
+    gpu_usage: dict = field(default_factory=dict)  # its executor's last report (framework.gpu_usage)
     message: str = ""
     reason: str = ""
     attempts: int = 0
@@ -112,7 +113,7 @@ class TaskRecord:
 
     def copy(self) -> "TaskRecord":
         return replace(self, agent_fields=dict(self.agent_fields), gpus=list(self.gpus),
-                       variant=dict(self.variant))
+                       variant=dict(self.variant), gpu_usage=dict(self.gpu_usage))
 
     def to_json(self) -> dict[str, Any]:
         data = {name: getattr(self, name) for name in self.__dataclass_fields__}

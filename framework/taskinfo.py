@@ -33,6 +33,7 @@ from isolator.api import SOCKET_ENV as AGENT_SOCKET_ENV
 # Labels the executor puts on its status updates, read by the scheduler.
 GPUS_LABEL = "mesos-gpu.gpus"              # granted GPU UUIDs, comma-separated
 RETRY_LABEL = "mesos-gpu.retry"            # "false": a retry cannot help (bad image, ...)
+GPU_FAULT_LABEL = "mesos-gpu.gpu_fault"    # the agent daemon stopped it: its GPU went bad
 EXECUTOR_ID_PREFIX = "mesos-gpu."
 
 

@@ -20,24 +20,32 @@ has reported is a tile without a UUID, and says so.
                           "memory": {"usedMb", "totalMb"}}]}],   #  node publishes
      "generatedAt"}
 
-Per-GPU health and usage come from `gpu_details` when one is given: agent id
--> {uuid: {"health", "reason", "utilization", "memory"}} (the agents' GPU
-health reaches the framework with issue 13's work); without it the tiles
-carry no such fields.
+Per-GPU health comes from `gpu_details` when one is given: agent id ->
+{uuid: {"health", "reason"}} (framework/ui/gpu_details.py: the agent daemons'
+health as framework.gpu_health reads it; a GPU not healthy that no task
+holds is an "unhealthy" tile, whether the daemon calls it unhealthy or
+probing); a held GPU's utilisation and memory are its task's, as the
+executor reports them (the record's `gpu_usage`, framework.gpu_usage).
+Without either the tiles carry no such fields.
 """
 import json
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from framework.agent_inventory import AgentInventory, AgentSeen
 from framework.constraints import REGION_FIELD, ZONE_FIELD
 from framework.marathon.registry import Registry
 from framework.task_record import TaskRecord
+from framework.ui.gpu_details import GpuDetails
 from framework.timestamps import format_timestamp
 from isolator.platform_features import ATTRIBUTE as PLATFORM_ATTRIBUTE
 
-GpuDetails = Callable[[], Mapping[str, Mapping[str, Mapping[str, Any]]]]
 DETAIL_FIELDS = ("health", "reason", "utilization", "memory")
-UNHEALTHY = "unhealthy"
+HEALTHY, UNHEALTHY = "healthy", "unhealthy"
+MIB = 1 << 20
+
+
+def _sick(tile: Mapping[str, Any]) -> bool:
+    return tile.get("health") not in (None, HEALTHY)
 
 
 def _number(text: Optional[str]) -> Optional[float]:
@@ -132,7 +140,7 @@ class NodesView:
             "gpuCount": len(tiles),
             "gpusHeld": sum(1 for t in tiles if t["state"] == "held"),
             "gpusFree": sum(1 for t in tiles if t["state"] == "free"),
-            "gpusUnhealthy": sum(1 for t in tiles if t.get("health") == UNHEALTHY),
+            "gpusUnhealthy": sum(1 for t in tiles if _sick(t)),
             "gpus": tiles,
         }
 
@@ -157,7 +165,8 @@ class NodesView:
             task = holder.get(uuid)
             if task is not None:
                 tile.update(state="held", taskId=task.id, appId=task.app_id, taskState=task.state)
-            elif tile.get("health") == UNHEALTHY:
+                tile.update(_usage(task, uuid))
+            elif _sick(tile):
                 tile["state"] = UNHEALTHY
             else:
                 tile["state"] = "free"
@@ -174,3 +183,16 @@ class NodesView:
             free -= known_free
         tiles += [{"uuid": None, "state": "free"} for _ in range(free)]
         return tiles
+
+
+def _usage(task: TaskRecord, uuid: str) -> Dict[str, Any]:
+    """The GPU's utilisation and memory as the task's executor last reported them."""
+    for sample in (task.gpu_usage or {}).get("gpus") or ():
+        if sample.get("uuid") != uuid:
+            continue
+        out: Dict[str, Any] = {"memory": {"usedMb": round(sample["memoryUsedBytes"] / MIB),
+                                          "totalMb": round(sample["memoryTotalBytes"] / MIB)}}
+        if sample.get("utilizationPercent") is not None:
+            out["utilization"] = sample["utilizationPercent"]
+        return out
+    return {}

@@ -27,7 +27,7 @@
       const shown = data.nodes.filter((node) => !needle || searchText(node).includes(needle));
       const all = data.nodes.flatMap((node) => node.gpus);
       const count = (state) => all.filter((gpu) => gpu.state === state).length;
-      const unhealthy = all.filter((gpu) => gpu.health === "unhealthy").length;
+      const unhealthy = all.filter(sick).length;
       summary.textContent = `${plural(data.nodes.length, "node")} · ${plural(all.length, "GPU")}: ` +
         `${count("held")} held, ${count("free")} free, ${unhealthy} unhealthy` +
         (needle ? ` · showing ${shown.length}` : "");
@@ -89,7 +89,7 @@
   }
 
   function tile(gpu, index) {
-    const state = gpu.health === "unhealthy" && gpu.state !== "held" ? "unhealthy" : gpu.state;
+    const state = sick(gpu) && gpu.state !== "held" ? "unhealthy" : gpu.state;
     const label = [];
     const body = [];
     body.push(h("span", { class: "gpu-id", title: gpu.uuid || "" },
@@ -101,18 +101,20 @@
       body.push(h("span", { class: "task-state" }, stateWord(gpu.taskState)));
       if (!gpu.uuid) body.push(h("span", { class: "note" }, "UUID not reported yet"));
     } else if (state === "unhealthy") {
-      label.push(`unhealthy${gpu.reason ? `: ${gpu.reason}` : ""}`);
-      body.push(h("span", { class: "state-word" }, "unhealthy"));
+      // "probing": the daemon's self-check runs before it gives the GPU again
+      const word = gpu.health === "probing" ? "probing" : "unhealthy";
+      label.push(`${word}${gpu.reason ? `: ${gpu.reason}` : ""}`);
+      body.push(h("span", { class: "state-word" }, word));
     } else {
       label.push("free");
       body.push(h("span", { class: "state-word" }, "free"));
       if (!gpu.uuid) body.push(h("span", { class: "note" }, "UUID not known yet"));
     }
-    if (gpu.health && gpu.health !== "healthy" && gpu.health !== "unhealthy") {
+    if (gpu.reason) body.push(h("span", { class: "reason" }, gpu.reason));
+    if (sick(gpu) && gpu.state === "held") {
+      label.push(gpu.health);
       body.push(h("span", { class: "note" }, gpu.health));
     }
-    if (gpu.reason) body.push(h("span", { class: "reason" }, gpu.reason));
-    if (gpu.health === "unhealthy" && gpu.state === "held") label.push("unhealthy");
     if (typeof gpu.utilization === "number") {
       label.push(`${Math.round(gpu.utilization)}% busy`);
       const bar = h("span", { class: "fill" });
@@ -128,6 +130,11 @@
     return h("li", { class: `tile ${state}`, title: `${gpu.uuid || "UUID unknown"}: ${label.join(", ")}`,
       dataset: { uuid: gpu.uuid || "", state, task: gpu.taskId || "", app: gpu.appId || "" } },
       body);
+  }
+
+  // Not healthy as its node's daemon says (unhealthy, or probing: not given meanwhile).
+  function sick(gpu) {
+    return Boolean(gpu.health) && gpu.health !== "healthy";
   }
 
   function taskShort(taskId) {

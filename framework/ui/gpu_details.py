@@ -1,0 +1,32 @@
+"""Each GPU's health for the dashboard's nodes view, from what the framework
+reads of the agent daemons (framework.gpu_health: each daemon's /v1/health).
+
+    agent id -> {uuid: {"health": "healthy" | "unhealthy" | "probing",
+                        "reason": why it is not healthy (when it is not)}}
+
+Utilisation and memory are not here: they are a task's (its executor reports
+them, framework.gpu_usage) and the nodes view takes them from the task record.
+"""
+from typing import Any, Callable, Dict, Mapping, Optional
+
+from framework.gpu_health import GpuHealthView
+
+GpuDetails = Callable[[], Mapping[str, Mapping[str, Mapping[str, Any]]]]
+
+
+def gpu_details(view: Optional[GpuHealthView]) -> Optional[GpuDetails]:
+    """The source NodesView reads, or None when this framework reads no GPU
+    health (--gpu_health_interval 0, or a scheduler without it)."""
+    if view is None or not view.enabled:
+        return None
+
+    def read() -> Dict[str, Dict[str, Dict[str, Any]]]:
+        out: Dict[str, Dict[str, Dict[str, Any]]] = {}
+        for agent in view.agents():
+            if agent.health is None:          # never heard from: nothing to say
+                continue
+            out[agent.agent_id] = {
+                gpu.uuid: {"health": gpu.state, **({"reason": gpu.reason} if gpu.reason else {})}
+                for gpu in agent.health.gpus if gpu.uuid}
+        return out
+    return read
