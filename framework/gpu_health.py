@@ -131,6 +131,7 @@ class GpuHealthView:
         self._thread: Optional[threading.Thread] = None
         self.polls = 0
         self.errors = 0
+        self._listeners: List[Callable[[List[str]], None]] = []
 
     @property
     def enabled(self) -> bool:
@@ -172,6 +173,11 @@ class GpuHealthView:
                   (status.get("labels") or {}).get("labels", [])}
         if taskinfo.GPU_FAULT_LABEL in labels:
             self._wake.set()
+
+    def on_change(self, callback: Callable[[List[str]], None]) -> None:
+        """`callback(agent ids)` after a poll in which those agents' GPU health
+        changed (a GPU went bad, probing, healed), for the dashboard to follow."""
+        self._listeners.append(callback)
 
     def agents(self) -> List[AgentHealth]:
         with self.lock:
@@ -232,6 +238,7 @@ class GpuHealthView:
     def _poll(self, pool: ThreadPoolExecutor) -> None:
         with self.lock:
             targets = list(self._agents.values())
+        moved: List[str] = []
         for agent, outcome in zip(targets, pool.map(self._fetch, targets)):
             health, error = outcome
             with self.lock:
@@ -240,6 +247,8 @@ class GpuHealthView:
                 if health is not None:
                     changed = agent.health is None or agent.unusable != len(
                         health.unhealthy_free)
+                    if agent.health is None or agent.health.gpus != health.gpus:
+                        moved.append(agent.agent_id)
                     agent.health, agent.reported_at, agent.error = health, time.time(), ""
                     if changed and health.unhealthy_free:
                         log.warning("agent %s (%s): GPU(s) not healthy and free, kept from "
@@ -254,6 +263,8 @@ class GpuHealthView:
                     agent.error = error
                     self.errors += 1
         self.polls += 1
+        for callback in self._listeners if moved else ():
+            callback(moved)
 
     def _fetch(self, agent: AgentHealth):
         try:

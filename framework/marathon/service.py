@@ -232,6 +232,9 @@ class FrameworkService:
         self.api = MarathonApi(ApiContext.build(self.registry, self.policy, self.info,
                                                 self.leadership, self.metrics))
         self.api.context.gpu_health = getattr(self.scheduler, "gpu_health", None)
+        if self.api.context.gpu_health is not None:     # the dashboard follows GPU health live
+            self.api.context.gpu_health.on_change(
+                lambda agents: self.events.publish("gpu_health_changed_event", agentIds=agents))
         ui.register(self.api.router, NodesView(self.registry, getattr(self.scheduler, "agents", None),
                                                gpu_details(self.api.context.gpu_health)),
                     StaticFiles())

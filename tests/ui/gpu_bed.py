@@ -6,7 +6,11 @@ service in front of them, for the dashboard's browser tests:
   `mesos-gpu agent flags` prints, and executors told (by their agent) where
   their node's daemon is;
 - `mesos-gpu framework` (in process, restartable on the same port and state:
-  `restart()`), credentials on as by default, tasks in the private Docker engine.
+  `restart()`), credentials on as by default, tasks in the private Docker engine;
+- GPU health and usage as an operator runs them: each daemon serves /v1/health
+  on `--metrics_address` (a short quiet period, so an injected fault heals
+  within the test), the framework reads it every 0.5 s and executors report
+  usage every second.
 """
 import json
 import os
@@ -19,9 +23,11 @@ from framework.marathon.service import FrameworkService, default_scheduler_facto
 from localcluster import fake_nvml
 from localcluster.gpu_node import GpuNode, layout_for_driver_files
 from localcluster.mesos import Agent, Master
+from localcluster.processes import free_port
 from tests.marathon.conftest import client_of, framework_args
 
 NODES = {"v100-node": fake_nvml.v100x8, "k80-node": fake_nvml.k80}
+QUIET_SECONDS = 8             # the daemons' --health_quiet_period
 
 
 def _scheduler_without_socket(args, store):
@@ -47,7 +53,10 @@ class GpuBed:
             self.master = self.stack.enter_context(Master())
             for host, layout in NODES.items():
                 node = self.stack.enter_context(GpuNode(
-                    layout_for_driver_files(layout(), f"ui-{host}"), self.engine.host))
+                    layout_for_driver_files(layout(), f"ui-{host}"), self.engine.host,
+                    metrics_address=f"127.0.0.1:{free_port()}",
+                    daemon_args=["--health_quiet_period", str(QUIET_SECONDS),
+                                 "--health_poll_interval", "0.5"]))
                 resources, attributes = node.flags(cpus=4, mem=2048)
                 env = {"MESOS_EXECUTOR_ENVIRONMENT_VARIABLES": json.dumps({
                     "MESOS_GPU_AGENT_SOCKET": str(node.socket), "PATH": os.environ["PATH"]})}
@@ -62,7 +71,8 @@ class GpuBed:
 
     def start_framework(self) -> FrameworkService:
         args = framework_args(self.master.address, self.state_dir, "--docker_host",
-                              self.engine.host, "--refuse_seconds", "1")
+                              self.engine.host, "--refuse_seconds", "1",
+                              "--gpu_health_interval", "0.5", "--gpu_usage_interval", "1")
         args.http_port = self.port
         self.service = FrameworkService(args, scheduler_factory=_scheduler_without_socket).start()
         self.port = self.service.http.server_address[1]

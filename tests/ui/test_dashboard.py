@@ -16,6 +16,9 @@ the real agent daemon, our executor and the real Docker engine
   framework restarts; what changed meanwhile is shown.
 - Keyboard: every action is reachable with Tab, the confirmation takes
   Escape and Enter; 1280 px and phone widths need no sideways scrolling.
+- GPU health and usage as the agents' daemons publish them: XID 79 on a free
+  GPU makes its tile unhealthy with the reason, and free again after the
+  quiet period; a task's GPU utilisation and memory show on its GPU's tile.
 
 Screenshots of the pages go to build/screenshots/ ($MESOS_GPU_SCREENSHOTS),
 for the README."""
@@ -32,7 +35,7 @@ from selenium.webdriver.common.keys import Keys
 from tests.bed import REPO
 from tests.bed.browser import Browser
 from tests.marathon.conftest import wait_for
-from tests.ui.gpu_bed import GpuBed
+from tests.ui.gpu_bed import QUIET_SECONDS, GpuBed
 
 SCREENSHOTS = Path(os.environ.get("MESOS_GPU_SCREENSHOTS", REPO / "build" / "screenshots"))
 AUTH_KEY = "mesos-gpu.authorization"
@@ -446,6 +449,9 @@ def test_a_lost_stream_is_said_and_comes_back(bed, browser, image):
         browser.wait(lambda: css(browser, 'tr[data-app="/ui/after"]'), 30, "the new app, live")
         assert "back" in one(browser, "#notice").text
         assert driver.execute_script("return window.notReloaded") is True
+        # the requests that found no framework are the only errors
+        assert [e for e in console_errors(browser)
+                if not (e["source"] == "network" and "net::ERR_" in e["message"])] == []
     finally:
         bed.api().delete("/v2/apps/ui/after")
 
@@ -464,3 +470,49 @@ def test_pages_left_hold_no_connection(bed, browser):
         wait_loaded(browser)
         wait_live(browser)
         assert time.monotonic() - start < 10, f"load {n + 1} waited for a connection"
+
+
+def tile_title(browser, uuid):
+    found = css(browser, f'li.tile[data-uuid="{uuid}"]')
+    return found[0].get_attribute("title") if found else ""
+
+
+def test_gpu_health_and_usage_on_the_tiles(bed, browser, image):
+    app_id = "/ui/busy"
+    created = bed.api().post("/v2/apps", {
+        "id": app_id, "cmd": "sleep 600", "cpus": 0.1, "mem": 32, "gpus": 1, "instances": 1,
+        "constraints": [["gpu_type", "IS", "tesla_v100"]],
+        "container": {"type": "DOCKER", "docker": {"image": image}}})
+    assert created.status == 201, created.json
+    v100, k80 = bed.nodes["v100-node"], bed.nodes["k80-node"]
+    try:
+        [task] = wait_for(lambda: running(bed, app_id, 1), timeout=90)
+        uuid = task["gpuUuids"][0]
+        minor = next(g.minor for g in v100.layout.gpus if g.uuid == uuid)
+        holding = next(h for h in v100.containers().values() if h["uuids"] == [uuid])
+        pid = bed.engine.client().api.inspect_container(holding["docker_id"])["State"]["Pid"]
+        v100.nvml.process(minor, pid, 3 << 30, sm_percent=64)       # the task's process
+        signed_in(browser, bed, "#/nodes")
+        browser.wait(lambda: "64% busy" in tile_title(browser, uuid), 60,
+                     "the busy GPU's utilisation")
+        busy = tiles(browser, "v100-node")[uuid]
+        assert (busy["state"], busy["task"]) == ("held", task["id"])
+        text = one(browser, f'li.tile[data-uuid="{uuid}"]').text
+        assert "64%" in text and "3.0 GiB" in text
+
+        sick = k80.layout.gpus[1]
+        k80.nvml.xid(sick.minor, 79)                                 # a free GPU falls off the bus
+        browser.wait(lambda: (tiles(browser, "k80-node").get(sick.uuid) or {}).get("state")
+                     == "unhealthy", 30, "the sick GPU's tile")
+        screenshot(browser, "nodes-health")
+        shown = one(browser, f'li.tile[data-uuid="{sick.uuid}"]').text
+        assert "XID 79" in shown and "fallen off the bus" in shown
+        assert "1 unhealthy" in one(browser, "#nodes-summary").text
+        # after the quiet period the daemon's self-check passes: free again, live
+        browser.wait(lambda: (tiles(browser, "k80-node").get(sick.uuid) or {}).get("state")
+                     == "free", QUIET_SECONDS + 40, "the healed GPU's tile")
+        assert "0 unhealthy" in one(browser, "#nodes-summary").text
+        assert console_errors(browser) == []
+    finally:
+        bed.api().delete(f"/v2/apps{app_id}?force=true")
+        wait_for(lambda: v100.allocated() == [], timeout=60)

@@ -157,3 +157,23 @@ def test_the_answer_is_built_again_only_after_a_change(registry):
         registry.tasks = {"t": task("t", uuids=[UUIDS[0]])}
         registry.touched()
     assert json.loads(view.body())["nodes"][0]["gpusHeld"] == 1
+
+
+def test_a_probing_gpu_is_not_free_and_usage_comes_from_the_task(registry):
+    inventory = AgentInventory()
+    held = task("serve.1", uuids=[UUIDS[0]], app="/serve")
+    held.gpu_usage = {"memoryUsedBytes": 3 << 30, "memoryTotalBytes": 16 << 30,
+                      "utilizationPercent": 64, "gpus": [
+                          {"uuid": UUIDS[0], "memoryUsedBytes": 3 << 30,
+                           "memoryTotalBytes": 16 << 30, "utilizationPercent": 64}]}
+    inventory.saw_offers([offer(gpus=2)], {"agent-1": 1})
+    details = {"agent-1": {UUIDS[0]: {"health": "healthy"},
+                           UUIDS[1]: {"health": "probing", "reason": "XID 79 (GPU has fallen off the bus)"},
+                           UUIDS[2]: {"health": "healthy"}}}
+    node = nodes_of(registry, inventory, [held], details)[0]
+    by_uuid = {t["uuid"]: t for t in node["gpus"]}
+    assert by_uuid[UUIDS[0]]["utilization"] == 64
+    assert by_uuid[UUIDS[0]]["memory"] == {"usedMb": 3072, "totalMb": 16384}
+    assert by_uuid[UUIDS[1]]["state"] == "unhealthy" and by_uuid[UUIDS[1]]["health"] == "probing"
+    assert by_uuid[UUIDS[2]]["state"] == "free"
+    assert (node["gpuCount"], node["gpusHeld"], node["gpusFree"], node["gpusUnhealthy"]) == (3, 1, 1, 1)
