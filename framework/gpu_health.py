@@ -176,7 +176,8 @@ class GpuHealthView:
 
     def on_change(self, callback: Callable[[List[str]], None]) -> None:
         """`callback(agent ids)` after a poll in which those agents' GPU health
-        changed (a GPU went bad, probing, healed), for the dashboard to follow."""
+        changed (a GPU went bad, probing, healed) or their daemons stopped or
+        started answering, for the dashboard to follow."""
         self._listeners.append(callback)
 
     def agents(self) -> List[AgentHealth]:
@@ -247,7 +248,7 @@ class GpuHealthView:
                 if health is not None:
                     changed = agent.health is None or agent.unusable != len(
                         health.unhealthy_free)
-                    if agent.health is None or agent.health.gpus != health.gpus:
+                    if agent.health is None or agent.health.gpus != health.gpus or agent.error:
                         moved.append(agent.agent_id)
                     agent.health, agent.reported_at, agent.error = health, time.time(), ""
                     if changed and health.unhealthy_free:
@@ -257,6 +258,7 @@ class GpuHealthView:
                                         for g in health.unhealthy_free))
                 else:
                     if not agent.error:
+                        moved.append(agent.agent_id)
                         log.warning("agent %s (%s): GPU health not readable at %s: %s "
                                     "(its last report stands)", agent.agent_id, agent.hostname,
                                     agent.address, error)

@@ -1,8 +1,12 @@
 """Each GPU's health for the dashboard's nodes view, from what the framework
 reads of the agent daemons (framework.gpu_health: each daemon's /v1/health).
 
-    agent id -> {uuid: {"health": "healthy" | "unhealthy" | "probing",
-                        "reason": why it is not healthy (when it is not)}}
+    agent id -> {"gpus": {uuid: {"health": "healthy" | "unhealthy" | "probing",
+                                 "reason": why it is not healthy (when it is not)}},
+                 "error": why its daemon could not be read last time (its last
+                          report stands meanwhile), or None,
+                 "reportedAt": with an error, when the daemon last answered (unix
+                               time), or None}
 
 Utilisation and memory are not here: they are a task's (its executor reports
 them, framework.gpu_usage) and the nodes view takes them from the task record.
@@ -11,7 +15,7 @@ from typing import Any, Callable, Dict, Mapping, Optional
 
 from framework.gpu_health import GpuHealthView
 
-GpuDetails = Callable[[], Mapping[str, Mapping[str, Mapping[str, Any]]]]
+GpuDetails = Callable[[], Mapping[str, Mapping[str, Any]]]
 
 
 def gpu_details(view: Optional[GpuHealthView]) -> Optional[GpuDetails]:
@@ -20,13 +24,17 @@ def gpu_details(view: Optional[GpuHealthView]) -> Optional[GpuDetails]:
     if view is None or not view.enabled:
         return None
 
-    def read() -> Dict[str, Dict[str, Dict[str, Any]]]:
-        out: Dict[str, Dict[str, Dict[str, Any]]] = {}
+    def read() -> Dict[str, Dict[str, Any]]:
+        out: Dict[str, Dict[str, Any]] = {}
         for agent in view.agents():
-            if agent.health is None:          # never heard from: nothing to say
-                continue
+            gpus = agent.health.gpus if agent.health is not None else ()
             out[agent.agent_id] = {
-                gpu.uuid: {"health": gpu.state, **({"reason": gpu.reason} if gpu.reason else {})}
-                for gpu in agent.health.gpus if gpu.uuid}
+                "gpus": {gpu.uuid: {"health": gpu.state,
+                                    **({"reason": gpu.reason} if gpu.reason else {})}
+                         for gpu in gpus if gpu.uuid},
+                # the time only with an error: it moves at every read otherwise
+                # (and the nodes view builds its answer again when details move)
+                "error": agent.error or None,
+                "reportedAt": (agent.reported_at or None) if agent.error else None}
         return out
     return read

@@ -11,6 +11,7 @@ has reported is a tile without a UUID, and says so.
                 "gpuType", "gpuModel", "gpuTypes", "gpuMemoryMb",
                 "computeCapability", "nvidiaDriver", "cudaDriver",
                 "platformFeatures", "region", "zone", "attributes",
+                "healthError", "healthReportedAt",
                 "firstSeen", "lastOfferAt", "lostAt", "offered",
                 "gpuCount", "gpusHeld", "gpusFree", "gpusUnhealthy",
                 "gpus": [{"uuid": "GPU-..." | null,
@@ -21,8 +22,10 @@ has reported is a tile without a UUID, and says so.
      "generatedAt"}
 
 Per-GPU health comes from `gpu_details` when one is given: agent id ->
-{uuid: {"health", "reason"}} (framework/ui/gpu_details.py: the agent daemons'
-health as framework.gpu_health reads it; a GPU not healthy that no task
+{"gpus": {uuid: {"health", "reason"}}, "error", "reportedAt"}
+(framework/ui/gpu_details.py: the agent daemons' health as
+framework.gpu_health reads it; a daemon that stopped answering is said on its
+node as `healthError`, its last report standing; a GPU not healthy that no task
 holds is an "unhealthy" tile, whether the daemon calls it unhealthy or
 probing); a held GPU's utilisation and memory are its task's, as the
 executor reports them (the record's `gpu_usage`, framework.gpu_usage).
@@ -88,7 +91,7 @@ class NodesView:
         return body
 
     def build(self, agents: List[AgentSeen], tasks: List[TaskRecord],
-              details: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> dict:
+              details: Mapping[str, Mapping[str, Any]]) -> dict:
         by_agent: Dict[str, List[TaskRecord]] = {}
         for task in tasks:
             if task.agent_id:
@@ -114,7 +117,8 @@ class NodesView:
         fields = agent.fields
         attributes = {k: v for k, v in fields.items() if not k.startswith("@") and k != "hostname"}
         memory = _number(attributes.get("gpu_memory_mb"))
-        tiles = self._tiles(agent, tasks, details)
+        tiles = self._tiles(agent, tasks, details.get("gpus") or {})
+        reported = details.get("reportedAt")
         if agent.lost_at is not None:
             state = "lost"
         elif agent.last_offer:
@@ -133,6 +137,8 @@ class NodesView:
             "platformFeatures": _split(attributes.get(PLATFORM_ATTRIBUTE)),
             "region": fields.get(REGION_FIELD), "zone": fields.get(ZONE_FIELD),
             "attributes": attributes,
+            "healthError": details.get("error"),
+            "healthReportedAt": format_timestamp(reported) if reported else None,
             "firstSeen": format_timestamp(agent.first_seen) if agent.first_seen else None,
             "lastOfferAt": format_timestamp(agent.last_offer) if agent.last_offer else None,
             "lostAt": format_timestamp(agent.lost_at) if agent.lost_at else None,

@@ -18,7 +18,8 @@ the real agent daemon, our executor and the real Docker engine
   Escape and Enter; 1280 px and phone widths need no sideways scrolling.
 - GPU health and usage as the agents' daemons publish them: XID 79 on a free
   GPU makes its tile unhealthy with the reason, and free again after the
-  quiet period; a task's GPU utilisation and memory show on its GPU's tile.
+  quiet period; a task's GPU utilisation and memory show on its GPU's tile; a
+  daemon SIGKILLed is said on its node until it runs again.
 
 Screenshots of the pages go to build/screenshots/ ($MESOS_GPU_SCREENSHOTS),
 for the README."""
@@ -512,6 +513,18 @@ def test_gpu_health_and_usage_on_the_tiles(bed, browser, image):
         browser.wait(lambda: (tiles(browser, "k80-node").get(sick.uuid) or {}).get("state")
                      == "free", QUIET_SECONDS + 40, "the healed GPU's tile")
         assert "0 unhealthy" in one(browser, "#nodes-summary").text
+
+        # the K80 node's daemon SIGKILLed: its card says its health is not read
+        # (the last report standing), and no more once it runs again
+        k80_card = 'section.node[data-hostname="k80-node"]'
+        k80.crash()
+        try:
+            browser.wait(lambda: css(browser, f"{k80_card} .health-error"), 30, "the unread health")
+            assert "GPU health not read" in one(browser, f"{k80_card} .health-error").text
+            assert tiles(browser, "k80-node")[sick.uuid]["state"] == "free"
+        finally:
+            k80.start()
+        browser.wait(lambda: not css(browser, f"{k80_card} .health-error"), 30, "the health read again")
         assert console_errors(browser) == []
     finally:
         bed.api().delete(f"/v2/apps{app_id}?force=true")

@@ -114,9 +114,9 @@ def test_health_and_usage_where_the_agent_publishes_them(registry):
     inventory = AgentInventory()
     held = task("serve.1", uuids=[UUIDS[1]], app="/serve")
     inventory.saw_offers([offer(gpus=2)], {"agent-1": 1})
-    details = {"agent-1": {
+    details = {"agent-1": {"gpus": {
         UUIDS[1]: {"health": "healthy", "utilization": 87.0, "memory": {"usedMb": 9000, "totalMb": 16160}},
-        UUIDS[2]: {"health": "unhealthy", "reason": "XID 79: GPU has fallen off the bus"}}}
+        UUIDS[2]: {"health": "unhealthy", "reason": "XID 79: GPU has fallen off the bus"}}}}
     node = nodes_of(registry, inventory, [held], details)[0]
     by_uuid = {t["uuid"]: t for t in node["gpus"]}
     assert by_uuid[UUIDS[1]] == {"uuid": UUIDS[1], "state": "held", "taskId": "serve.1",
@@ -167,10 +167,13 @@ def test_a_probing_gpu_is_not_free_and_usage_comes_from_the_task(registry):
                           {"uuid": UUIDS[0], "memoryUsedBytes": 3 << 30,
                            "memoryTotalBytes": 16 << 30, "utilizationPercent": 64}]}
     inventory.saw_offers([offer(gpus=2)], {"agent-1": 1})
-    details = {"agent-1": {UUIDS[0]: {"health": "healthy"},
-                           UUIDS[1]: {"health": "probing", "reason": "XID 79 (GPU has fallen off the bus)"},
-                           UUIDS[2]: {"health": "healthy"}}}
+    details = {"agent-1": {"gpus": {
+        UUIDS[0]: {"health": "healthy"},
+        UUIDS[1]: {"health": "probing", "reason": "XID 79 (GPU has fallen off the bus)"},
+        UUIDS[2]: {"health": "healthy"}},
+        "error": "timed out", "reportedAt": 1700000000.0}}
     node = nodes_of(registry, inventory, [held], details)[0]
+    assert (node["healthError"], node["healthReportedAt"]) == ("timed out", "2023-11-14T22:13:20.000Z")
     by_uuid = {t["uuid"]: t for t in node["gpus"]}
     assert by_uuid[UUIDS[0]]["utilization"] == 64
     assert by_uuid[UUIDS[0]]["memory"] == {"usedMb": 3072, "totalMb": 16384}

@@ -36,10 +36,10 @@ def api_url(tmp_path):
     with registry.lock:
         registry.tasks = {held.id: held}
         registry.touched()
-    details = {"agent-1": {
+    details = {"agent-1": {"gpus": {
         UUIDS[1]: {"health": "healthy", "utilization": 87.0,
                    "memory": {"usedMb": 9000, "totalMb": 16160}},
-        UUIDS[2]: {"health": "unhealthy", "reason": REASON}}}
+        UUIDS[2]: {"health": "unhealthy", "reason": REASON}}}}
     context = ApiContext.build(registry, DockerPolicy(), lambda: {"name": "marathon"},
                                SingleInstance(lambda: "127.0.0.1:0"), Metrics())
     api = MarathonApi(context)

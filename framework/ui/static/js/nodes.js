@@ -75,6 +75,11 @@
         h("span", { class: `badge ${node.state}` }, stateText),
         h("span", { class: "counts" }, `${node.gpusFree}/${node.gpuCount} free`)),
       h("dl", { class: "facts" }, facts.map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])),
+      node.healthError
+        ? h("p", { class: "health-error error-text", role: "note" },
+          "GPU health not read", node.healthReportedAt ? [" since ", time(node.healthReportedAt)] : null,
+          `: ${node.healthError}. The last report stands.`)
+        : null,
       node.platformFeatures.length
         ? h("ul", { class: "features", "aria-label": "Platform features" },
           node.platformFeatures.map((f) => h("li", {}, f)))
