@@ -39,8 +39,7 @@ class AppView:
     # -- one app (callers hold the registry's lock) ------------------------------------
     def task_json(self, task: TaskRecord, with_gpus: bool) -> dict:
         app = self.registry.apps.get(task.app_id) or {}
-        ports = [d["port"] for d in app.get("portDefinitions", ())]
-        return task_json(task, ports, with_gpus)
+        return task_json(task, app_model.service_ports(app), with_gpus)
 
     def status(self, app: dict, embeds: set, with_gpus: bool, index=None) -> dict:
         """Counts, deployments and (when embedded) tasks and the last failure."""

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 
-from framework.marathon import deployments, groups
+from framework.marathon import app_model, deployments, groups
 from framework.marathon.events import EventBus
 from framework.marathon.validation import Violations, app_locked, app_not_found
 from framework.marathon.versions import MAX_VERSIONS, VersionHistory
@@ -50,8 +50,8 @@ class Registry:
         self.history = VersionHistory(store, max_versions)
         self.groups.setdefault(groups.ROOT, groups.new_group(groups.ROOT, format_timestamp(clock())))
         # service port -> the app that has it (apps pick free ones, framework.marathon.app_service)
-        self.port_owners: Dict[int, str] = {d["port"]: a["id"] for a in self.apps.values()
-                                            for d in a.get("portDefinitions", ())}
+        self.port_owners: Dict[int, str] = {port: a["id"] for a in self.apps.values()
+                                            for port in app_model.service_ports(a) if port}
         # group id -> the ids of its direct apps and groups
         self._members: Dict[str, Set[str]] = {}
         for path_id in list(self.apps) + list(self.groups):
@@ -224,11 +224,12 @@ class Registry:
         self._write(apps, changed_groups, new_apps, new_groups, plan, replaced, members)
         self._members.update(members)
         for app_id, app in apps.items():
-            for definition in (self.apps.get(app_id) or {}).get("portDefinitions", ()):
-                if self.port_owners.get(definition["port"]) == app_id:
-                    del self.port_owners[definition["port"]]
-            for definition in (app or {}).get("portDefinitions", ()):
-                self.port_owners[definition["port"]] = app_id
+            for port in app_model.service_ports(self.apps.get(app_id) or {}):
+                if self.port_owners.get(port) == app_id:
+                    del self.port_owners[port]
+            for port in app_model.service_ports(app or {}):
+                if port:
+                    self.port_owners[port] = app_id
         for group_id, group in changed_groups.items():
             if group is None:
                 self._members.pop(group_id, None)

@@ -89,10 +89,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--registry_config", metavar="FILE", type=non_empty,
                    help="a Docker client config.json with the registries' credentials "
                         "('auths'); default ~/.docker/config.json when it exists")
-    p.add_argument("--gpu_scheduling_behavior", choices=("restricted", "unrestricted"),
-                   default="restricted",
+    p.add_argument("--gpu_scheduling_behavior", type=gpu_scheduling_behavior,
+                   default="restricted", metavar="{restricted,unrestricted}",
                    help="restricted (default): tasks without GPUs stay off GPU agents; "
                         "an app's GPU_SCHEDULING_BEHAVIOR label overrides it")
+
+
+def gpu_scheduling_behavior(value: str) -> str:
+    """--gpu_scheduling_behavior, refused as Marathon 1.10 refuses it."""
+    if value == "undefined":
+        raise argparse.ArgumentTypeError("'--gpu_scheduling_behavior undefined' has been removed. "
+                                         "Please set either restricted or unrestricted.")
+    if value not in ("restricted", "unrestricted"):
+        raise argparse.ArgumentTypeError(f"Setting {value} is invalid. Valid settings are "
+                                         f"restricted, unrestricted")
+    return value
 
 
 class FrameworkService:

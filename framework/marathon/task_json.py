@@ -21,7 +21,7 @@ def task_json(task: TaskRecord, service_ports: Iterable[int] = (), with_gpus: bo
     out = {"id": task.id, "appId": task.app_id, "host": task.hostname or "",
            "slaveId": task.agent_id or "", "state": STAGING if task.pending else task.state,
            "stagedAt": format_timestamp(task.staged_at), "version": task.app_version,
-           "ports": [], "servicePorts": list(service_ports), "ipAddresses": [],
+           "ports": list(task.ports), "servicePorts": list(service_ports), "ipAddresses": [],
            "healthCheckResults": [], "localVolumes": [], "role": task.role or DEFAULT_ROLE}
     if task.started_at is not None:
         out["startedAt"] = format_timestamp(task.started_at)
