@@ -158,6 +158,8 @@ class DockerContainer:
         env = dict(os.environ)
         if self.docker_host:
             env["DOCKER_HOST"] = self.docker_host
+        if self.spec.user and self.sandbox:
+            self._give_sandbox(self.spec.user)
         try:
             result = subprocess.run([cli, "create", *self.create_argv()], env=env,
                                     stdin=subprocess.DEVNULL, capture_output=True, text=True,
@@ -177,6 +179,14 @@ class DockerContainer:
             raise TaskFailure(f"the container {docker_id} was created but cannot be read: {e}",
                               retry=True) from None
         return self.container.id
+
+    def _give_sandbox(self, user: str) -> None:
+        """The sandbox owned by the task's user, as Mesos does it: the user as
+        this host knows it (the image resolves the name for the process)."""
+        try:
+            sandbox_files.give_to(self.sandbox, *sandbox_files.host_ids(user))
+        except LookupError as e:
+            log.warning("sandbox of %s left to root: %s", self.container_id, e)
 
     def _forget_half_made(self) -> None:
         """A create that failed part-way may leave the named container behind."""

@@ -15,18 +15,16 @@ counted until a check has succeeded. Each counted failure and each return to
 health is reported (`on_change`); after `max_failures` consecutive failures
 (0: the first) the task is killed (`on_kill`).
 """
-import http.client
 import logging
 import os
 import signal
-import socket
-import ssl
 import subprocess
 import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, Mapping, Optional, Tuple
 
+from framework import probes
 from framework.executor import namespaces
 from framework.health_check import COMMAND, MESOS_HTTPS, MESOS_TCP, HealthCheck
 
@@ -146,43 +144,23 @@ class HealthChecker:
     def _tcp(self) -> Tuple[bool, str]:
         host, port = self._address()
         try:
-            with socket.create_connection((host, port), timeout=self.check.timeout or None):
-                return True, ""
-        except socket.timeout:
-            return False, f"TCP connect to port {port} timed out after {self.check.timeout:g}s"
-        except OSError as e:
-            return False, f"TCP connect to port {port}: {e.strerror or e}"
+            probes.tcp_connect(host, port, self.check.timeout)
+            return True, ""
+        except probes.ProbeError as e:
+            return False, str(e)
 
     def _http(self, https: bool) -> Tuple[bool, str]:
+        """Mesos's HTTP check: 200-399 is healthy."""
         host, port = self._address()
-        scheme = "https" if https else "http"
-        url = f"{scheme}://{host}:{port}{self.check.path}"
-        timeout = self.check.timeout or None
-        if https:
-            context = ssl.create_default_context()
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-            connection: http.client.HTTPConnection = http.client.HTTPSConnection(
-                host, port, timeout=timeout, context=context)
-        else:
-            connection = http.client.HTTPConnection(host, port, timeout=timeout)
-        deadline = time.monotonic() + (timeout or 1e9)
         try:
-            connection.request("GET", self.check.path or "/",
-                               headers={"User-Agent": "mesos-gpu-health-check"})
-            response = connection.getresponse()
-            response.read(64 * 1024)
-            if time.monotonic() > deadline:
-                return False, f"GET {url} took longer than {self.check.timeout:g}s"
-            if 200 <= response.status < 400:
-                return True, ""
-            return False, f"GET {url}: HTTP {response.status} {response.reason}"
-        except socket.timeout:
-            return False, f"GET {url} timed out after {self.check.timeout:g}s"
-        except (OSError, http.client.HTTPException) as e:
-            return False, f"GET {url}: {getattr(e, 'strerror', None) or e}"
-        finally:
-            connection.close()
+            answer = probes.http_get(host, port, self.check.path or "/", https,
+                                     self.check.timeout)
+        except probes.ProbeError as e:
+            return False, str(e)
+        if 200 <= answer.status < 400:
+            return True, ""
+        url = probes.url_of(host, port, self.check.path or "/", https)
+        return False, f"GET {url}: HTTP {answer.status} {answer.reason}"
 
     def _command(self) -> Tuple[bool, str]:
         pid = self.pid()

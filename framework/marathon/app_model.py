@@ -335,6 +335,10 @@ def _read_networking(r: Reader, body: dict, app: dict) -> None:
     host_networking = all(n.get("mode") == "host" for n in networks if n)
     if definitions is None:
         definitions = [dict(DEFAULT_PORT_DEFINITION)] if host_networking else []
+    bridged = any(n and n.get("mode") == "container/bridge" for n in networks)
+    for mapping in (app.get("container") or {}).get("portMappings") or []:
+        if bridged and mapping is not None and "hostPort" not in mapping:
+            mapping["hostPort"] = 0          # Marathon: in BRIDGE mode a missing hostPort is 0
     app["portDefinitions"] = definitions
     app["requirePorts"] = r.optional(body, "requirePorts", "/", r.boolean, DEFAULTS["requirePorts"])
 

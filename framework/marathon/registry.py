@@ -63,6 +63,8 @@ class Registry:
         self.last_failure: Dict[str, dict] = {}
         self.progress: Dict[str, int] = {}          # plan id -> its current step (from 0)
         self.held: Set[str] = set()                 # apps waiting for an earlier step
+        self.health = None     # the tasks' health (framework.marathon.health_monitor), once made
+        self.readiness = None  # readiness checks of deployments (framework.marathon.readiness)
         # Bumped by every change an answer may show (the listing cache's key).
         self.generation = 0
         self._last_version = ""
@@ -124,11 +126,16 @@ class Registry:
                 tasks.setdefault(task.app_id, []).append(task)
         return plans, tasks
 
-    @staticmethod
-    def counts(tasks: List[TaskRecord]) -> Dict[str, int]:
+    def counts(self, tasks: List[TaskRecord]) -> Dict[str, int]:
+        healthy = unhealthy = 0
+        if self.health is not None:
+            for task in tasks:
+                verdict = self.health.healthy(task) if task.state == RUNNING else None
+                healthy += verdict is True
+                unhealthy += verdict is False
         return {"tasksStaged": sum(1 for t in tasks if t.state != RUNNING),
                 "tasksRunning": sum(1 for t in tasks if t.state == RUNNING),
-                "tasksHealthy": 0, "tasksUnhealthy": 0}
+                "tasksHealthy": healthy, "tasksUnhealthy": unhealthy}
 
     def queued(self) -> List[Tuple[dict, int, Backoff]]:
         """Apps still waiting for instances: (app, how many, launch delay); not

@@ -22,6 +22,8 @@ from framework.marathon.events import EventBus
 from framework.marathon.http_api import VERSION, MarathonApi
 from framework.marathon.security import (CREDENTIALS_FILE, DEFAULT_MAX_BODY_BYTES, Authenticator,
                                          DockerPolicy)
+from framework.marathon.health_monitor import HealthMonitor
+from framework.marathon.readiness import ReadinessMonitor
 from framework.marathon.reconciler import Reconciler
 from framework.marathon.registry import Registry
 from framework.marathon.server import MarathonHttpServer
@@ -134,6 +136,8 @@ class FrameworkService:
             factory = scheduler_factory or default_scheduler_factory
             self.scheduler = factory(args, self.store)
             self.registry = Registry(self.store, self.events)
+            self.health = HealthMonitor(self.registry)
+            self.readiness = ReadinessMonitor(self.registry)
             self.reconciler = Reconciler(self.registry, self.scheduler)
             self.leadership = SingleInstance(self._address)
             self.leadership.on_lost(self._lose_leadership)
@@ -159,6 +163,8 @@ class FrameworkService:
     def start(self) -> "FrameworkService":
         self.leadership.start()         # elected: the scheduler subscribes
         self.reconciler.start()
+        self.health.start()
+        self.readiness.start()
         self.http.start()
         log.info("Marathon API on %s (%s; docker host-access parameters allowed: %s); "
                  "master %s, state %s", self.http.url, self.auth.describe(),
@@ -206,6 +212,8 @@ class FrameworkService:
     def stop(self) -> None:
         log.info("stopping: HTTP server, reconciler, scheduler (failover: tasks keep running)")
         self.http.stop()
+        self.readiness.stop()
+        self.health.stop()
         self.reconciler.stop()
         if self.scheduler is not None and hasattr(self.scheduler, "stop"):
             try:
