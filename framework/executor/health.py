@@ -191,7 +191,42 @@ class HealthChecker:
 
 
 def _kill_group(process: subprocess.Popen) -> None:
+    """Kill a check's processes, nsenter last.
+
+    nsenter's child lives in the task's PID namespace; orphaned by nsenter's
+    death it would be handed to this executor (a subreaper), which never reaps
+    it, and that zombie would keep the task's PID namespace (its container)
+    from ever ending. So the processes of the group are killed first, nsenter
+    reaps them and exits; only if it does not is it killed too."""
+    for _ in range(3):
+        others = [pid for pid in _group_members(process.pid) if pid != process.pid]
+        for pid in others:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:
+            process.wait(timeout=1.0)
+            return
+        except subprocess.TimeoutExpired:
+            continue
     try:
         os.killpg(process.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _group_members(pgid: int) -> list:
+    """The processes of process group `pgid` (from /proc)."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:
+            members.append(int(entry))
+    return members

@@ -25,9 +25,10 @@ ALLOWED = "cap-add,volume,privileged"
 
 
 @contextmanager
-def bed(docker_engine, state_dir: Path, *extra: str) -> Iterator["Bed"]:
+def bed(docker_engine, state_dir: Path, *extra: str, cpus: float = 4,
+        mem: int = 4096) -> Iterator["Bed"]:
     with GpuNode(layout_for_driver_files(fake_nvml.k80(), "apps-bed"), docker_engine.host) as node:
-        resources, attributes = node.flags()
+        resources, attributes = node.flags(cpus, mem)
         with Master() as master, Agent(master, resources, attributes, hostname=HOSTNAME) as agent:
             running = Bed(node, agent, docker_engine, state_dir, extra)
             try:
