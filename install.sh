@@ -33,7 +33,7 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 PKGS="docker.io busybox-static libsvn1 libapr1 libcurl4 libsasl2-2 zlib1g libssl3 libssl-dev \
-      g++ gcc curl python3-venv bc iproute2 debootstrap docker-registry apache2-utils openssl"
+      g++ gcc curl python3-venv bc iproute2 debootstrap docker-registry apache2-utils openssl podman systemd"
 missing=$(for p in $PKGS; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || echo "$p"; done)
 if [ -n "$missing" ]; then
   step "apt packages: $(echo $missing)"

@@ -34,6 +34,7 @@ setup(
     extras_require={
         "test": [
             "pytest>=8",
+            "pytest-xdist>=3.5",      # pytest.ini runs the suite on two workers
             # tests/test_layout.py: pyflakes checks of the whole tree
             "ruff>=0.6",
             "hypothesis>=6.100",

@@ -1,13 +1,15 @@
 """Marathon API speed: `GET /v2/apps` and `GET /v2/groups` with 1,000 apps in
 100 groups, and `POST /v2/apps`, as throughput and p50/p99 latency, against a
 floor measured in the same run: a bare ThreadingHTTPServer (the same HTTP
-library) that reads the request and answers a fixed body of the same size.
+library) that reads the request and answers a fixed body of the same size
+(GETs alternate between ours and the floor, one request each in turn).
 Prints figures and ratios; asserts nothing.
 
-Each GET is measured twice: as a dashboard polls (nothing changed between
-requests: the answer kept for the registry's generation is sent), and cold
-(the registry changed before every request, as while tasks come and go: the
-answer is built again from the per-version app texts).
+Each GET is measured three ways: as a dashboard polls while nothing changes
+(the kept answer is sent); with one app's task changing state before each
+request, as on a busy cluster (that app's text is written again); and with
+the whole answer built again before each request (as after a change to
+definitions or groups).
 
 The API runs with its real state store (SQLite, synchronous=FULL), registry
 and reconciler, without a scheduler (apps ask for 0 instances), so the
@@ -26,6 +28,7 @@ all running, to the deployment's end; ratios to the baseline.
 """
 import argparse
 import http.client
+import itertools
 import json
 import statistics
 import sys
@@ -47,6 +50,8 @@ from framework.marathon.registry import Registry  # noqa: E402
 from framework.marathon.security import Authenticator, DockerPolicy  # noqa: E402
 from framework.marathon.server import serve  # noqa: E402
 from framework.state_store import StateStore  # noqa: E402
+from framework.task_record import TaskRecord  # noqa: E402
+from framework.task_spec import TaskSpec  # noqa: E402
 
 
 def app_body(i: int) -> bytes:
@@ -90,19 +95,36 @@ def timed(port: int, method: str, paths_bodies, before=None) -> list:
     """Latencies (ms) of sequential requests on one keep-alive connection;
     `before()` runs ahead of each request, outside the time taken."""
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    latencies = []
-    for path, body in paths_bodies:
-        if before is not None:
-            before()
-        start = time.perf_counter()
-        connection.request(method, path, body=body, headers={"Content-Type": "application/json"})
-        response = connection.getresponse()
-        response.read()
-        latencies.append((time.perf_counter() - start) * 1000)
-        if response.status >= 400:
-            raise SystemExit(f"{method} {path}: HTTP {response.status}")
+    latencies = [_one(connection, method, path, body, before) for path, body in paths_bodies]
     connection.close()
     return latencies
+
+
+def timed_pair(port: int, floor_port: int, path: str, count: int, before=None) -> tuple:
+    """GET `path` from ours and from the floor, alternately (one request each
+    in turn), so that both see the same moments of a busy machine."""
+    ours = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    floor = http.client.HTTPConnection("127.0.0.1", floor_port, timeout=60)
+    a, b = [], []
+    for _ in range(count):
+        a.append(_one(ours, "GET", path, None, before))
+        b.append(_one(floor, "GET", path, None, None))
+    ours.close()
+    floor.close()
+    return a, b
+
+
+def _one(connection, method: str, path: str, body, before) -> float:
+    if before is not None:
+        before()
+    start = time.perf_counter()
+    connection.request(method, path, body=body, headers={"Content-Type": "application/json"})
+    response = connection.getresponse()
+    response.read()
+    took = (time.perf_counter() - start) * 1000
+    if response.status >= 400:
+        raise SystemExit(f"{method} {path}: HTTP {response.status}")
+    return took
 
 
 def summary(latencies: list) -> tuple:
@@ -206,7 +228,7 @@ def health_deployments(apps: int) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--apps", type=int, default=1000, help="apps in the store for GET")
-    parser.add_argument("--gets", type=int, default=200, help="GET /v2/apps requests timed")
+    parser.add_argument("--gets", type=int, default=500, help="GET requests timed per row")
     parser.add_argument("--posts", type=int, default=1000, help="POST /v2/apps requests timed")
     parser.add_argument("--health-apps", type=int, default=100,
                         help="apps of the health check deployment rows (0: skip them)")
@@ -228,11 +250,29 @@ def main() -> int:
         extra = [("/v2/apps", app_body(i)) for i in range(args.posts, args.apps)]
         if extra:
             timed(port, "POST", extra)
+        sample_post = http.client.HTTPConnection("127.0.0.1", port)
+        sample_post.request("POST", "/v2/apps", body=app_body(10**6 - 1))
+        post_bytes = sample_post.getresponse().read()
         with registry.lock:
             count = len(registry.apps)
             groups = len(registry.groups)
 
-        def changed() -> None:
+        app_ids = sorted(registry.apps)
+        moves = itertools.count()
+
+        def task_moved() -> None:
+            """A task of one app (another each time) changes state, as the
+            scheduler reports it: that app's status changes."""
+            n = next(moves)
+            app_id, task_id = app_ids[n % len(app_ids)], f"bench-task-{n % len(app_ids)}"
+            with registry.lock:
+                registry.tasks[task_id] = TaskRecord(
+                    spec=TaskSpec(id=task_id, app_id=app_id, cmd="x"), agent_id="agent",
+                    state=("TASK_STAGING", "TASK_RUNNING")[n // len(app_ids) % 2],
+                    app_version="v")
+                registry.touched((app_id,))
+
+        def everything_changed() -> None:
             with registry.lock:
                 registry.touched()
 
@@ -241,25 +281,22 @@ def main() -> int:
             fetch = http.client.HTTPConnection("127.0.0.1", port)
             fetch.request("GET", path)
             bodies[path] = fetch.getresponse().read()
-        gets = {path: (timed(port, "GET", [(path, None)] * args.gets),
-                       timed(port, "GET", [(path, None)] * args.gets, before=changed))
-                for path in bodies}
-
-        sample_post = http.client.HTTPConnection("127.0.0.1", port)
-        sample_post.request("POST", "/v2/apps", body=app_body(10**6))
-        post_bytes = sample_post.getresponse().read()
         floor = floor_server(bodies, post_bytes)
         floor_port = floor.server_address[1]
         floor_posts = timed(floor_port, "POST", posts)
-        floor_gets = {path: timed(floor_port, "GET", [(path, None)] * args.gets) for path in bodies}
+        gets = {path: (timed_pair(port, floor_port, path, args.gets),
+                       timed_pair(port, floor_port, path, args.gets, before=task_moved),
+                       timed_pair(port, floor_port, path, args.gets, before=everything_changed))
+                for path in bodies}
 
         print(f"Marathon API bench: {count} apps in {groups} groups, GET /v2/apps body "
               f"{len(bodies['/v2/apps']) / 1e6:.2f} MB, /v2/groups {len(bodies['/v2/groups']) / 1e6:.2f}"
               f" MB; one client, keep-alive, loopback")
         for path in bodies:
-            polled, cold = gets[path]
-            report(f"GET {path} ({count} apps), polled", polled, floor_gets[path])
-            report(f"GET {path} ({count} apps), changed each", cold, floor_gets[path])
+            (polled, floor_polled), (moved, floor_moved), (cold, floor_cold) = gets[path]
+            report(f"GET {path}, nothing changed", polled, floor_polled)
+            report(f"GET {path}, a task moved before each", moved, floor_moved)
+            report(f"GET {path}, all rebuilt before each", cold, floor_cold)
         report(f"POST /v2/apps ({args.posts})", post_latencies, floor_posts)
         floor.shutdown()
         api_server.stop()

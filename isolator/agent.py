@@ -19,7 +19,7 @@ from typing import Dict, Optional
 
 from common import instance_lock
 from common.paths import MAX_SOCKET_PATH, first_missing
-from isolator import cgroup_host, devices, flags, nvml
+from isolator import cgroup_host, devices, flags, nvml, side_services
 from isolator import topology as topology_mod
 from isolator.container_cgroups import ContainerCgroups
 from isolator.docker_state import DockerState
@@ -138,6 +138,7 @@ def _check_flags(args) -> None:
     flags.check_isolation(args.isolation)
     flags.check_daemon_values(args)
     flags.check_selection(args.nvidia_gpu_devices, args.resources)
+    side_services.check_flags(args)
     if args.docker_socket not in ("", "none"):
         import docker.utils                     # checked now, not at the first recovery
         try:
@@ -156,7 +157,13 @@ def run(args) -> int:
         try:
             service = build_service(args)
             service.recover()
-            server = AgentServer(socket_path(args.work_dir), service)
+            # Before the API socket: once it exists (systemd's readiness check) all is served.
+            extras = side_services.start(args, service)     # plugin, REST API, CDI, driver watch
+            try:
+                server = AgentServer(socket_path(args.work_dir), service)
+            except BaseException:
+                extras.close()
+                raise
         except BaseException:
             if made is not None:        # a refused start leaves no work dir behind
                 shutil.rmtree(made, ignore_errors=True)
@@ -185,6 +192,7 @@ def run(args) -> int:
             stop.set()
             reconciler.wake.set()
             server.server_close()
+            extras.close()
             for t in [keeper, *threads]:
                 t.join(timeout=5)
             service.close()

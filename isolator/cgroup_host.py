@@ -50,21 +50,35 @@ def detect(mountinfo: str = MOUNTINFO) -> CgroupHost:
     return CgroupHost(mode, devices_v1, unified)
 
 
+def cgroup_mounts(mountinfo: str = MOUNTINFO) -> Dict[str, str]:
+    """Mount point of each hierarchy: "" for the cgroup2 tree, the sorted controller
+    list for each v1 hierarchy. Read once per process: cgroup mounts do not move
+    under a running daemon (see detect)."""
+    if mountinfo not in _MOUNTS:
+        mounts: Dict[str, str] = {}
+        with open(mountinfo) as f:
+            for line in f:
+                left, _, right = line.partition(" - ")
+                fstype, _source, options = (right.split() + ["", "", ""])[:3]
+                point = _unescape(left.split()[4])
+                if fstype == "cgroup2":
+                    mounts.setdefault("", point)
+                elif fstype == "cgroup":
+                    names = [o.replace("name=", "") for o in options.split(",")
+                             if o not in ("rw", "ro") and not o.startswith(
+                                 ("relatime", "nosuid", "nodev", "noexec"))]
+                    mounts.setdefault(",".join(sorted(names)), point)
+        _MOUNTS[mountinfo] = mounts
+    return _MOUNTS[mountinfo]
+
+
+_MOUNTS: Dict[str, Dict[str, str]] = {}
+
+
 def process_cgroups(pid: int, mountinfo: str = MOUNTINFO) -> Dict[str, str]:
     """Every cgroup directory process `pid` is in, by hierarchy: "v2" for the cgroup2
     tree, the controller list (e.g. "cpu,cpuacct") for each v1 hierarchy."""
-    mounts: Dict[str, str] = {}
-    with open(mountinfo) as f:
-        for line in f:
-            left, _, right = line.partition(" - ")
-            fstype, _source, options = (right.split() + ["", "", ""])[:3]
-            point = _unescape(left.split()[4])
-            if fstype == "cgroup2":
-                mounts.setdefault("", point)
-            elif fstype == "cgroup":
-                names = [o for o in options.split(",") if o not in ("rw", "ro") and
-                         not o.startswith(("relatime", "nosuid", "nodev", "noexec"))]
-                mounts.setdefault(",".join(sorted(n.replace("name=", "") for n in names)), point)
+    mounts = cgroup_mounts(mountinfo)
     out: Dict[str, str] = {}
     with open(f"/proc/{pid}/cgroup") as f:
         for line in f:

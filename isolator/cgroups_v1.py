@@ -6,11 +6,11 @@ so a running process never loses /dev/null for an instant; a list the kernel
 shows that is not ours is reset entirely.
 """
 import os
-from typing import Callable, List, Optional, Sequence, Set
+from typing import List, Sequence
 
-from isolator import cgroup_paths, devices
+from isolator import devices
 from isolator.devices import Rule
-from isolator.isolation_backend import BackendGone, IsolationBackend, register
+from isolator.backends import BackendGone
 
 
 class CgroupGone(BackendGone):
@@ -79,30 +79,3 @@ def move(path: str, pid: int) -> None:
     if not os.path.isdir(path):
         raise CgroupGone(path)
     write_rule(path, "cgroup.procs", str(pid))
-
-
-class CgroupV1(IsolationBackend):
-    """The v1 devices controller: `where` is the container's cgroup directory."""
-    name = "v1"
-
-    def create(self, where: str, rules: Sequence[Rule]) -> None:
-        create(where, rules)
-
-    def enter(self, where: str, pid: int) -> None:
-        move(where, pid)
-
-    def apply(self, where: str, rules: Sequence[Rule]) -> None:
-        apply(where, rules)
-
-    def allowed(self, where: str, minors: Sequence[int]) -> Optional[Set[int]]:
-        return set(devices.allowed_gpu_minors(read_rules(where), minors))
-
-    def drifted(self, where: str, rules: Sequence[Rule], minors: Sequence[int]) -> bool:
-        return {r.to_v1() for r in read_rules(where)} != {r.to_v1() for r in rules}
-
-    def remove(self, where: str, ours: Optional[Callable[[int], bool]] = None,
-               evict_to: Optional[str] = None) -> List[int]:
-        return cgroup_paths.remove(where, ours=ours, evict_to=evict_to)
-
-
-register(CgroupV1())

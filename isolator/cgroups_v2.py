@@ -8,12 +8,12 @@ so a process never holds more than the old or the new rules give.
 """
 import functools
 import os
-from typing import Callable, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple
 
-from isolator import bpf, cgroup_paths, device_program
+from isolator import bpf, device_program
 from isolator.devices import Rule
 from isolator.gpu import NVIDIA_MAJOR
-from isolator.isolation_backend import BackendGone, IsolationBackend, register
+from isolator.backends import BackendGone
 
 
 class CgroupGone(BackendGone):
@@ -125,33 +125,3 @@ def enforces_exactly(path: str, rules: Sequence[Rule], minors: Iterable[int]) ->
     except device_program.UnreadableProgram:
         return False
     return True
-
-
-class CgroupV2(IsolationBackend):
-    """An eBPF device program on a cgroup2 directory (`where`)."""
-    name = "v2"
-
-    def create(self, where: str, rules: Sequence[Rule]) -> None:
-        create(where, rules)
-
-    def enter(self, where: str, pid: int) -> None:
-        if not os.path.isdir(where):
-            raise CgroupGone(where)
-        with open(os.path.join(where, "cgroup.procs"), "w") as f:
-            f.write(str(pid))
-
-    def apply(self, where: str, rules: Sequence[Rule]) -> None:
-        apply(where, rules)
-
-    def allowed(self, where: str, minors: Sequence[int]) -> Optional[Set[int]]:
-        return allowed_gpu_minors(where, minors)
-
-    def drifted(self, where: str, rules: Sequence[Rule], minors: Sequence[int]) -> bool:
-        return not enforces_exactly(where, rules, minors)
-
-    def remove(self, where: str, ours: Optional[Callable[[int], bool]] = None,
-               evict_to: Optional[str] = None) -> List[int]:
-        return cgroup_paths.remove(where, ours=ours, evict_to=evict_to)
-
-
-register(CgroupV2())

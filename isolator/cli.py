@@ -2,9 +2,11 @@
 import argparse
 import json
 import logging
+import os
 import sys
+from typing import Optional
 
-from isolator import cgroup_host, flags, mesos_agent_flags, nvml, platform_features
+from isolator import cdi_spec, cgroup_host, flags, mesos_agent_flags, nvml, platform_features
 from volumes.cli import non_empty
 from common.errors import UserError
 
@@ -59,8 +61,22 @@ def register(sub) -> None:
                    help="run (default): the daemon; flags: print the mesos-agent flags")
     flags.add_selection_arguments(a.add_argument_group("GPU selection flags (run and flags)"))
     flags.add_daemon_arguments(a.add_argument_group("daemon flags (run only)"))
+    out = a.add_argument_group(
+        "output of `agent flags` (flags only); the operator's resources and attributes are "
+        "kept, ours (gpus, gpu_*) replace their namesakes. Without --resources/--attributes "
+        "they are read from --write_dir's files, else from $MESOS_RESOURCES/$MESOS_ATTRIBUTES")
+    out.add_argument("--attributes", metavar="ATTRIBUTES",
+                     help="the mesos-agent's other attributes, 'name:value;...'")
+    out.add_argument("--format", choices=("args", "env"), default="args",
+                     help="args (default): --resources=... and --attributes=... lines; env: "
+                          "MESOS_RESOURCES=... and MESOS_ATTRIBUTES=... for an environment file")
+    out.add_argument("--write_dir", metavar="DIR", type=non_empty,
+                     help="write the merged values into DIR/resources and DIR/attributes, as "
+                          "the Mesos packages read /etc/mesos-slave/ (a file with the value, "
+                          "or a directory with one file per name)")
     add_cpuinfo_flag(a.add_argument_group("platform flags (flags only)"))
     a.set_defaults(func=cmd_agent)
+    cdi_spec.register(sub)
 
 
 def add_cpuinfo_flag(p) -> None:
@@ -73,6 +89,11 @@ def add_cpuinfo_flag(p) -> None:
 def cmd_agent(args) -> int:
     if args.action == "flags":
         return cmd_agent_flags(args)
+    for name in ("attributes", "write_dir"):
+        if getattr(args, name) is not None:
+            raise flags.FlagError(f"--{name} is for `mesos-gpu agent flags`, not the daemon")
+    if args.format != "args":
+        raise flags.FlagError("--format is for `mesos-gpu agent flags`, not the daemon")
     if args.cpuinfo:
         raise UserError("--cpuinfo is read by 'agent flags' and 'info' only; the daemon "
                         f"does not use it (executors read ${platform_features.ENV_CPUINFO})")
@@ -95,9 +116,39 @@ def cmd_agent_flags(args) -> int:
     selection = flags.select_gpus(inv, args.nvidia_gpu_devices, args.resources)
     if not selection.gpus:
         print(f"# {selection.reason}", file=sys.stderr)
+    if args.write_dir and args.format != "args":
+        raise flags.FlagError("--write_dir writes files; --format is for printing (give one)")
+    flag_dir = mesos_agent_flags.FlagDir(args.write_dir) if args.write_dir else None
+
+    def operator(flag: str, given: Optional[str]) -> Optional[str]:
+        if given is not None:
+            return given
+        if flag_dir is not None:
+            return flag_dir.read(flag)
+        return os.environ.get(mesos_agent_flags.ENV_NAMES[flag]) or None
+
+    base = args.resources if args.resources is not None \
+        else mesos_agent_flags.without_gpus(operator("resources", None))
     platform = platform_features.for_gpus(inv.driver_version, inv.cuda_driver_version,
                                           selection.gpus, cpu)
-    for line in mesos_agent_flags.lines(selection.gpus, inv, args.resources, platform):
+    resources, attributes = mesos_agent_flags.merged(selection.gpus, inv, base,
+                                                     operator("attributes", args.attributes),
+                                                     platform)
+    if flag_dir is not None:
+        gpus = f"gpus:{len(selection.gpus)}"
+        ours = mesos_agent_flags.node_attributes(selection.gpus, inv, platform)
+        for path in flag_dir.write("resources", resources, [gpus], []) + \
+                flag_dir.write("attributes", attributes, ours,
+                               [n for n in mesos_agent_flags.ATTRIBUTE_NAMES
+                                if n not in {a.partition(":")[0] for a in ours}]):
+            print(f"wrote {path}")
+        return 0
+    if args.format == "env":
+        lines = mesos_agent_flags.env_lines(resources, attributes)
+    else:
+        lines = mesos_agent_flags.lines(selection.gpus, inv, base, platform,
+                                        operator("attributes", args.attributes))
+    for line in lines:
         print(line)
     return 0
 

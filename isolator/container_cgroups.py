@@ -3,17 +3,17 @@
 On a hybrid host the daemon may enforce in the v1 devices hierarchy, on the
 cgroup2 tree, or both; the kernel then lets an open through only if every
 hierarchy allows it. This class hides the difference from the service, recovery
-and the reconciler: each hierarchy is an isolation backend (isolation_backend.py)
+and the reconciler: each hierarchy is an isolation backend (isolator/backends/)
 named like the hierarchy ("v1", "v2"), and every operation is the same call on
 each: create (all or nothing), apply, read back, remove.
 """
 import os
 from typing import Callable, Dict, List, Optional, Sequence, Set
 
-from isolator import cgroup_paths, isolation_backend
+from isolator import backends, cgroup_paths
 from isolator.cgroup_host import CgroupHost
 from isolator.devices import Rule
-from isolator.isolation_backend import BackendGone
+from isolator.backends import BackendGone
 
 
 class CgroupVanished(Exception):
@@ -25,12 +25,12 @@ class ContainerCgroups:
         self.host = host
         self.versions = list(versions)
         self.root = root
-        self.backends = {v: isolation_backend.get(v) for v in self.versions}
+        self.backends = {v: backends.get(v) for v in self.versions}
         self.mounts = {"v1": host.devices_v1, "v2": host.unified}
 
-    def _backend(self, version: str) -> isolation_backend.IsolationBackend:
+    def _backend(self, version: str) -> backends.IsolationBackend:
         """The backend of a hierarchy (one a recorded container still uses counts too)."""
-        return self.backends.get(version) or isolation_backend.get(version)
+        return self.backends.get(version) or backends.get(version)
 
     def paths(self, container_id: str) -> Dict[str, str]:
         return cgroup_paths.container_paths(self.host, self.root, container_id, self.versions)

@@ -96,6 +96,25 @@ def add_daemon_arguments(p: argparse.ArgumentParser) -> None:
                         "the Mesos agent, the kernel and Docker, releases what nobody owns "
                         "and restores drifted device rules (default 5; an owner's end is "
                         "also noticed at once)")
+    p.add_argument("--cdi_spec", default="none", metavar="FILE",
+                   help="write a CDI spec (kind nvidia.com/gpu) for the managed GPUs and the "
+                        "driver volume to FILE, e.g. /var/run/cdi/mesos-gpu.json, and keep it "
+                        "true to the running driver; default none")
+    p.add_argument("--volume_plugin", default="none", metavar="NAME",
+                   help="serve the Docker volume plugin NAME (e.g. nvidia-docker) on "
+                        "<plugin_socket_dir>/NAME.sock: docker run --volume-driver NAME "
+                        "-v nvidia_driver_<version>:/usr/local/nvidia:ro,nocopy; default none")
+    p.add_argument("--plugin_socket_dir", default="/run/docker/plugins", metavar="DIR",
+                   type=non_empty, help="where dockerd looks for plugin sockets "
+                                        "(default /run/docker/plugins)")
+    p.add_argument("--nvidia_docker_api", default="none", metavar="HOST:PORT",
+                   help="serve nvidia-docker v1's REST API (/v1.0/gpu/info, /gpu/status, "
+                        "/docker/cli, /mesos/cli), e.g. 127.0.0.1:3476; needs --volume_plugin; "
+                        "default none")
+    p.add_argument("--driver_check_interval", type=float, default=30.0, metavar="SECONDS",
+                   help="how often the daemon asks NVML for the driver version: a new driver "
+                        "gets its volume (and CDI spec), old volumes are removed once no "
+                        "container uses them; default 30")
 
 
 def _isolators(isolation: str) -> List[str]:

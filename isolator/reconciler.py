@@ -33,17 +33,18 @@ import time
 from collections import Counter
 from typing import Dict, List, Optional, Set, Tuple
 
-from isolator import docker_devices, isolation_backend, mesos_agent_api
+from isolator import backends, docker_devices, mesos_agent_api
 from isolator.api import DOCKER, MESOS
 from isolator.container_cgroups import CgroupVanished
 from isolator.docker_state import LIVE_STATES, DockerUnavailable
-from isolator.isolation_backend import BackendGone
+from isolator.backends import BackendGone
 from isolator.ledger import Holding
 from isolator.owner import Owner
 from isolator.service import AgentService
 
 log = logging.getLogger("mesos-gpu.agent")
 MESOS_MISSES = 2           # passes in a row the Mesos agent must not list a container
+
 
 
 class OwnerWatcher:
@@ -116,6 +117,7 @@ class Reconciler:
         self.passes = 0
         self.last_pass_seconds = 0.0
         self._mesos_misses: Counter = Counter()
+        self._ended: Dict[str, float] = {}        # container id -> when first found ended
         service.on_new_owner(self.watcher.watch)
 
     def start(self, stop: threading.Event) -> List[threading.Thread]:
@@ -162,13 +164,13 @@ class Reconciler:
                 continue
             reason, why, stop = verdict
             if reason == "adopt":
-                self._adopt(h, docker)
-            elif service.release(h, reason, why) if stop else self._release_gpus_only(h, reason, why):
+                service.adopt(h, docker[h.container_id][0])
+            elif service.release(h, reason, why, stop):
                 released.append(h.container_id)
         known = {h.container_id for h in holdings}
-        for cid in list(self._mesos_misses):
-            if cid not in known:
-                del self._mesos_misses[cid]
+        for counter in (self._mesos_misses, self._ended):
+            for cid in [c for c in counter if c not in known]:
+                del counter[cid]
         self.passes += 1
         self.last_pass_seconds = time.monotonic() - started
         return released
@@ -209,14 +211,18 @@ class Reconciler:
                             f"runs {o.describe()}", True)
             else:
                 self._mesos_misses.pop(h.container_id, None)
+        # A task that ended is normally cleaned up by its (living) executor a moment
+        # later: only one found ended for a whole reconcile interval is released here.
         if h.container_type == MESOS and h.state == "isolated":
             paths = {**self.service.cgroups.paths(h.container_id), **h.cgroups}
-            if not self.service.cgroups.procs(paths):
+            if not self.service.cgroups.procs(paths) and self._still_ended(h, now):
                 return ("exited", "no process is left in its cgroups and no cleanup came",
                         True)
         if h.container_type == DOCKER and docker is not None:
             docker_id, state = docker.get(h.container_id, (None, ""))
-            if h.state == "isolated" and state not in LIVE_STATES:
+            if h.state == "isolated" and state not in LIVE_STATES and self._still_ended(h, now):
+                # the GPUs go back now; the container stays for its living owner to read
+                # the exit code and remove (one whose owner is gone was stopped above)
                 return ("exited", f"its Docker container is {state or 'gone'} and no cleanup "
                         "came", False)
             if h.state == "prepared" and docker_id and state in LIVE_STATES:
@@ -226,25 +232,9 @@ class Reconciler:
                     "isolated", True)
         return None
 
-    def _release_gpus_only(self, h: Holding, reason: str, why: str) -> bool:
-        """A stopped Docker container whose owner lives: the GPUs go back now, the
-        container stays for its owner to read the exit code and remove."""
-        service = self.service
-        with service.lock:
-            if service.holdings.get(h.container_id) is not h:
-                return False
-            service._drop(h)
-            service.counters[f"released_{reason}"] += 1
-        log.warning("container %s released GPUs %s: %s", h.container_id, list(h.gpus), why)
-        return True
-
-    def _adopt(self, h: Holding, docker) -> None:
-        from dataclasses import replace
-        service = self.service
-        with service.lock:
-            if service.holdings.get(h.container_id) is h:
-                service._put(replace(h, state="isolated", docker_id=docker[h.container_id][0]))
-        log.info("container %s: its Docker container runs: recorded as isolated", h.container_id)
+    def _still_ended(self, h: Holding, now: float) -> bool:
+        first = self._ended.setdefault(h.container_id, now)
+        return now - first >= self.interval
 
     # --- the isolation auditor ----------------------------------------------------------------
 
@@ -263,7 +253,7 @@ class Reconciler:
             elif h.docker_id and service.docker is not None and service.cgroups.host.devices_v1:
                 pid = service.docker.init_pid(h.docker_id)
                 where = pid and docker_devices.v1_cgroup_of(service.cgroups.host.devices_v1, pid)
-                backend = isolation_backend.get("docker")
+                backend = backends.get("docker")
                 if where and backend.drifted(where, rules, sorted(service.gpus)):
                     backend.apply(where, rules)
                     self._count_repair(h, ["docker"])

@@ -8,8 +8,12 @@ Built to hold load and to survive misbehaving clients:
   so a client that sends half a request, or nothing, costs a buffer, never a
   thread; each request must arrive whole within READ_TIMEOUT, an idle kept-alive
   connection is closed after IDLE_TIMEOUT;
-- whole requests go to a bounded pool of workers; when its queue is full the
-  answer is 503 with Retry-After, which clients retry;
+- the common operations (prepare, isolate by pid, update, cleanup, info) are
+  answered on the I/O thread itself: they only take the service lock for short
+  kernel and journal work (no Docker or NVML call is made under it). The others (a
+  Docker isolate asks the engine, usage asks NVML, metrics) go to a bounded pool of
+  workers; when its queue is full the answer is 503 with Retry-After, which clients
+  retry;
 - the listen backlog is the system's maximum, and the daemon's open-file limit is
   raised to its hard limit, so a burst of connections is queued, not refused;
 - malformed requests (no Content-Length for a body, a negative or non-numeric one,
@@ -270,6 +274,12 @@ class AgentServer:
         url = urlsplit(target)
         request = Request(method, url.path, parse_qs(url.query), body, close)
         conn.busy = True
+        if self._inline(request):
+            started = time.monotonic()
+            data = self._handle(conn, request)
+            self.latency.observe(request.path, time.monotonic() - started)
+            self._reply(conn, data, close)
+            return
         try:
             self._work.put_nowait((conn, request))
         except queue.Full:
@@ -336,6 +346,16 @@ class AgentServer:
                 return
             if conn.sock.fileno() >= 0:
                 self._reply(conn, data, close)
+
+    @staticmethod
+    def _inline(request: Request) -> bool:
+        """Requests answered on the I/O thread itself: those that only take the service
+        lock for short kernel and journal work (which nothing holds for long: Docker and
+        NVML calls happen outside it). A Docker isolate (asks the engine), usage (NVML) and
+        anything unknown go to the workers."""
+        if request.path in ("/v1/prepare", "/v1/update", "/v1/cleanup", "/v1/info"):
+            return True
+        return request.path == "/v1/isolate" and b'"docker_id"' not in request.body
 
     # --- the workers --------------------------------------------------------------------------
 

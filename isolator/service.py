@@ -22,7 +22,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import replace
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from isolator import cgroup_host, cgroup_paths, crashpoints, devices, nvml
 from isolator.allocator import Allocator
@@ -39,6 +39,7 @@ from isolator.recovery import Recovery, Report
 from isolator.topology import Topology
 
 log = logging.getLogger("mesos-gpu.agent")
+CONTROL_TTL = 1.0
 
 
 class AgentService:
@@ -58,6 +59,8 @@ class AgentService:
         self.prepare_timeout = prepare_timeout
         self.holdings: Dict[str, Holding] = {}
         self.lock = threading.RLock()
+        self._granted = {g.minor: GrantedGpu(**g.to_json()) for g in managed}
+        self._control_read: Tuple[float, List[devices.DeviceNode]] = (0.0, [])
         self.counters: Counter = Counter()        # releases by reason, drift repairs, ...
         self._owner_listeners: List[Callable[[Owner], None]] = []
 
@@ -96,7 +99,14 @@ class AgentService:
     # --- helpers ----------------------------------------------------------------------------
 
     def _control(self) -> List[devices.DeviceNode]:
-        return devices.control_devices(self.dev_dir)
+        """The control devices, read again at most every CONTROL_TTL seconds
+        (nvidia-uvm's major is dynamic: a module reload may change it)."""
+        read_at, nodes = self._control_read
+        now = time.monotonic()
+        if now - read_at > CONTROL_TTL:
+            nodes = devices.control_devices(self.dev_dir)
+            self._control_read = (now, nodes)
+        return list(nodes)
 
     def _rules(self, minors) -> List[devices.Rule]:
         granted = [self.gpus.get(m) or Gpu(-1, m, "", "", 0, "", "") for m in minors]
@@ -138,7 +148,7 @@ class AgentService:
         uuids = ",".join(g.uuid for g in gpus)
         return Grant(
             container_id=h.container_id, container_type=h.container_type,
-            gpus=tuple(GrantedGpu(**g.to_json()) for g in gpus),
+            gpus=tuple(self._granted[g.minor] for g in gpus),
             devices=tuple(nodes),
             env={"NVIDIA_VISIBLE_DEVICES": uuids or "void",
                  "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(len(gpus)))},
@@ -176,6 +186,8 @@ class AgentService:
             return self._grant(h)
 
     def isolate(self, request: IsolateRequest, caller: Owner) -> Grant:
+        if request.docker_id is not None:
+            self._check_docker_label(request.container_id, request.docker_id)   # no lock held
         with self.lock:
             h = self._get(request.container_id)
             self._check_owner(h, caller, "isolate")
@@ -188,7 +200,9 @@ class AgentService:
                 if request.docker_id is None:
                     raise BadRequest(f"container {h.container_id} is a DOCKER container: "
                                      "isolate it by 'docker_id'")
-                h = self._record_docker(h, request.docker_id)
+                log.info("isolated %s: Docker container %s, GPUs %s", h.container_id,
+                         request.docker_id[:12], list(h.gpus))
+                h = replace(h, state="isolated", docker_id=request.docker_id)
             else:
                 if request.pid is None:
                     raise BadRequest(f"container {h.container_id} is a MESOS container: "
@@ -197,20 +211,20 @@ class AgentService:
             self._put(h)       # recovery must know it was isolated: see cleanup
             return self._grant(h)
 
-    def _record_docker(self, h: Holding, docker_id: str) -> Holding:
-        if self.docker is not None:
-            try:
-                label = self.docker.label_of(docker_id)
-            except KeyError:
-                raise BadRequest(f"docker_id {docker_id}: no such Docker container") from None
-            except DockerUnavailable as e:
-                raise Unavailable(str(e)) from None
-            if label != h.container_id:
-                raise BadRequest(f"docker_id {docker_id}: its label mesos-gpu.container-id is "
-                                 f"{label!r}, not {h.container_id!r}")
-        log.info("isolated %s: Docker container %s, GPUs %s", h.container_id, docker_id[:12],
-                 list(h.gpus))
-        return replace(h, state="isolated", docker_id=docker_id)
+    def _check_docker_label(self, container_id: str, docker_id: str) -> None:
+        """The Docker container must carry our label with this container id. Asked of the
+        engine before the service lock is taken: the engine may be slow."""
+        if self.docker is None:
+            return
+        try:
+            label = self.docker.label_of(docker_id)
+        except KeyError:
+            raise BadRequest(f"docker_id {docker_id}: no such Docker container") from None
+        except DockerUnavailable as e:
+            raise Unavailable(str(e)) from None
+        if label != container_id:
+            raise BadRequest(f"docker_id {docker_id}: its label mesos-gpu.container-id is "
+                             f"{label!r}, not {container_id!r}")
 
     def _isolate_cgroup(self, h: Holding, pid: int, caller: Owner) -> Holding:
         placed = Placed.of_process(pid)
@@ -320,27 +334,41 @@ class AgentService:
                 log.warning("container %s: cannot remove %s: %s", h.container_id, path, e)
         return sorted(set(killed))
 
-    def release(self, h: Holding, reason: str, why: str) -> bool:
-        """Stop a container nobody owns any more and give its GPUs back (`reason` is a
-        short code counted in the metrics, `why` the sentence logged); False when the
-        holding changed meanwhile (its owner cleaned it up, say) and nothing was done."""
+    def release(self, h: Holding, reason: str, why: str, stop: bool = True) -> bool:
+        """Give back the GPUs of a container nobody holds any more (`reason` is a short
+        code counted in the metrics, `why` the sentence logged) and, with `stop`, stop the
+        container too; False when the holding changed meanwhile (its owner cleaned it up,
+        say) and nothing was done. A Docker container is removed without the service lock
+        (the engine may be slow); its GPUs stay held until it is gone."""
         with self.lock:
             if self.holdings.get(h.container_id) is not h:
                 return False
-            if h.container_type == DOCKER and self.docker is not None:
-                try:
-                    self.docker.remove(h.container_id, h.docker_id)
-                except DockerUnavailable as e:
-                    log.warning("container %s: %s; its GPUs stay held until Docker answers",
-                                h.container_id, e)
-                    return False
-            killed = self._remove_cgroups(h)
+        if stop and h.container_type == DOCKER and self.docker is not None:
+            try:
+                self.docker.remove(h.container_id, h.docker_id)
+            except DockerUnavailable as e:
+                log.warning("container %s: %s; its GPUs stay held until Docker answers",
+                            h.container_id, e)
+                return False
+        with self.lock:
+            if self.holdings.get(h.container_id) is not h:
+                return False
+            killed = self._remove_cgroups(h) if stop else []
             crashpoints.reached("release:after_stop", h.container_id)
             self._drop(h)
             self.counters[f"released_{reason}"] += 1
         log.warning("container %s released GPUs %s: %s%s", h.container_id, list(h.gpus), why,
                     f" ({len(killed)} process(es) killed)" if killed else "")
         return True
+
+    def adopt(self, h: Holding, docker_id: str) -> None:
+        """A DOCKER container prepared, never isolated, that does run: record it isolated
+        (its executor died between `docker run` and isolate, or the answer was lost)."""
+        with self.lock:
+            if self.holdings.get(h.container_id) is h:
+                self._put(replace(h, state="isolated", docker_id=docker_id))
+                log.info("container %s: its Docker container %s runs: recorded as isolated",
+                         h.container_id, docker_id[:12])
 
     def usage(self, container_id: str) -> Dict:
         with self.lock:

@@ -16,7 +16,8 @@ from localcluster.paths import BUILD_DIR, LocalClusterError
 def _parts() -> List[Tuple[str, Callable[[], object]]]:
     from localcluster import driver_files, fake_nvml, mesos
     return [("mesos", mesos.build), ("fake-nvml", fake_nvml.build),
-            ("driver-files", driver_files.build)]
+            ("driver-files", driver_files.build),
+            ("driver-files-old", driver_files.build_old)]    # two-version hosts (tests, bench)
 
 
 def cmd_build(args) -> int:

@@ -1,7 +1,10 @@
 """Build, reuse and garbage-collect the read-only driver volume `nvidia_<version>`.
 
-Layout (as Mesos): VOLUME_ROOT/nvidia_<version>/{bin,lib,lib64}, plus
-`.manifest.json` listing every entry. How it is made:
+Layout (as Mesos): VOLUME_ROOT/nvidia_<version>/{bin,lib,lib64}, the GSP
+firmware in firmware/nvidia/<version>/ (containers get it at
+/lib/firmware/nvidia/<version>/, see Volume.firmware), plus `.manifest.json`
+listing every entry. Only files of the driver `<version>` go in (see
+components.py). How it is made:
 
 - hard links from the driver tree when the volume root is on the same
   filesystem (no bytes copied), copies otherwise (EXDEV is not an error);
@@ -10,8 +13,10 @@ Layout (as Mesos): VOLUME_ROOT/nvidia_<version>/{bin,lib,lib64}, plus
   most a temporary directory, removed by the next build or gc (both hold
   VOLUME_ROOT/.lock, so a temporary directory seen under the lock is stale);
 - reused when the final directory matches its manifest (inode, size, mtime,
-  mode of every file, target of every link, and the driver files it came
-  from): a stat per entry, about a millisecond;
+  mode of every file, target of every link, the driver files it came from, and
+  the tree's ld.so.cache, which changes when driver files come or go): a stat
+  per entry, about a millisecond. A volume of an older manifest format (made by
+  older rules) is rebuilt;
 - read-only: directories 0555, copied files 0444 (binaries 0555). Hard-linked
   files keep the driver's own mode: they are the driver's inodes, and the
   volume is only ever mounted read-only;
@@ -45,8 +50,9 @@ log = logging.getLogger("mesos-gpu.volume")
 DEFAULT_VOLUME_ROOT = "/var/run/mesos/isolators/gpu"
 PREFIX = "nvidia_"
 MANIFEST = ".manifest.json"
-MANIFEST_FORMAT = 1
+MANIFEST_FORMAT = 2         # 2: running driver's files only, firmware, cache names as links
 SUBDIRS = ("bin", "lib", "lib64")
+FIRMWARE_SUBDIR = "firmware"
 LOCK = ".lock"
 _VERSION = re.compile(r"[0-9]+(\.[0-9]+){1,3}")
 _TEMP = re.compile(r"\.nvidia_.+\.(tmp|trash)-.+")
@@ -66,12 +72,20 @@ class Volume:
     def entries(self) -> List[Dict[str, Any]]:
         return self.manifest["entries"]
 
+    @property
+    def firmware(self) -> List[Dict[str, str]]:
+        """GSP firmware files: {"path": in the volume, "container_path": where a
+        container must see it (/lib/firmware/nvidia/<version>/<name>)}."""
+        return [{"path": e["path"], "container_path": e["container_path"]}
+                for e in self.entries if "container_path" in e]
+
     def to_json(self) -> Dict[str, Any]:
         files = [e for e in self.entries if e["type"] == "file"]
         return {"name": self.name, "path": str(self.path), "version": self.version,
                 "driver_root": self.manifest.get("driver_root"),
                 "method": self.manifest.get("method"), "reused": self.reused,
                 "files": len(files), "bytes": sum(e["size"] for e in files),
+                "firmware": self.firmware,
                 "entries": [{k: e[k] for k in ("path", "type", "target") if k in e}
                             for e in self.entries]}
 
@@ -101,14 +115,13 @@ def build(driver_version: str, driver_root: Union[str, Path] = "/",
     existing = _reusable(final, driver_root)
     if existing is not None:
         return existing
-    comps = components_mod.gather(driver_root, search_path=search_path)
+    comps = components_mod.gather(driver_root, search_path=search_path, driver_version=version)
     if not comps.libraries:
+        others = sorted({v for _, v in comps.other_versions})
         raise UserError(f"driver root {driver_root}: its ld.so.cache lists no NVIDIA "
-                        f"libraries (is the NVIDIA driver installed there?)")
-    tree_version = comps.driver_version()
-    if tree_version and tree_version != version:
-        log.warning("driver volume: building nvidia_%s from a tree whose libnvidia-ml is %s",
-                    version, tree_version)
+                        f"libraries of driver {version}" +
+                        (f" (only of {', '.join(others)}: is {version} the running driver?)"
+                         if others else " (is the NVIDIA driver installed there?)"))
     _make_root(volume_root)
     ensure_exec_mount(volume_root)
     with _locked(volume_root):
@@ -139,7 +152,7 @@ def _build(version: str, driver_root: Path, volume_root: Path,
            comps: components_mod.Components, progress: Optional[Progress]) -> Volume:
     final = volume_root / (PREFIX + version)
     tmp = volume_root / f".{PREFIX}{version}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
-    total = len(comps.binaries) + len(comps.libraries)
+    total = len(comps.binaries) + len(comps.libraries) + len(comps.firmware)
     size = sum(s.stat().st_size for s in comps.sources())
     log.info("building %s from %s: %d files (%.0f MiB) into %s", final.name, driver_root,
              total, size / 2**20, volume_root)
@@ -152,13 +165,14 @@ def _build(version: str, driver_root: Path, volume_root: Path,
         methods = {e["how"] for e in entries if e["type"] == "file"}
         manifest = {"format": MANIFEST_FORMAT, "driver_version": version,
                     "driver_root": str(driver_root), "built_at": time.time(),
+                    "ldcache": _ldcache_stamp(driver_root),
                     "method": "hardlink" if methods == {"hardlink"} else
                               "copy" if methods == {"copy"} else "mixed",
                     "entries": entries}
         # Compact JSON: the C encoder (indenting falls back to pure Python).
         _write_file(tmp / MANIFEST, json.dumps(manifest, separators=(",", ":")).encode(), 0o444,
                     sync=False)
-        dirs = [*(tmp / s for s in SUBDIRS), tmp]
+        dirs = [*(tmp / e["path"] for e in reversed(entries) if e["type"] == "dir"), tmp]
         for d in dirs:
             os.chmod(d, 0o555)
         # All changes first, then the fsyncs: on a journaling filesystem the first
@@ -189,10 +203,20 @@ def _populate(tmp: Path, comps: components_mod.Components, progress: Optional[Pr
     entries: List[Dict[str, Any]] = [{"path": s, "type": "dir"} for s in SUBDIRS]
     items = [(b.dest, str(b.source), True, ()) for b in comps.binaries]
     items += [(lib.dest, str(lib.source), False, lib.links) for lib in comps.libraries]
+    items += [(f.dest, str(f.source), False, ()) for f in comps.firmware]
+    container_paths = {f.dest: f.container_path for f in comps.firmware}
+    if comps.firmware:
+        parts = comps.firmware[0].dest.split("/")[:-1]      # firmware/nvidia/<version>
+        for i in range(1, len(parts) + 1):
+            (tmp / "/".join(parts[:i])).mkdir(mode=0o755)
+            entries.append({"path": "/".join(parts[:i]), "type": "dir"})
     base = str(tmp)
     for done, (dest, source, executable, links) in enumerate(items, 1):
         how = _place(source, f"{base}/{dest}", executable)
-        entries.append(_file_entry(base, dest, source, how))
+        entry = _file_entry(base, dest, source, how)
+        if dest in container_paths:
+            entry["container_path"] = container_paths[dest]
+        entries.append(entry)
         directory, filename = dest.rsplit("/", 1)
         for link in links:
             os.symlink(filename, f"{base}/{directory}/{link}")
@@ -261,7 +285,9 @@ def verify(path: Union[str, Path]) -> Dict[str, Any]:
     except (OSError, ValueError) as e:
         raise UserError(f"{path}/{MANIFEST}: unreadable: {e}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
-        raise UserError(f"{path}/{MANIFEST}: unknown manifest format")
+        found = manifest.get("format") if isinstance(manifest, dict) else None
+        raise UserError(f"{path}/{MANIFEST}: manifest format {found!r}, this version makes "
+                        f"{MANIFEST_FORMAT} (a volume made by other rules)")
     expected = {e["path"]: e for e in manifest["entries"]}
     present = set()
     for dirpath, dirnames, filenames in os.walk(path):
@@ -304,6 +330,16 @@ def _sources_unchanged(manifest: Dict[str, Any]) -> bool:
     return True
 
 
+def _ldcache_stamp(driver_root: Path) -> Optional[List[int]]:
+    """(inode, size, mtime) of the tree's ld.so.cache: ldconfig rewrites it (a new
+    inode) whenever driver libraries are added or removed."""
+    try:
+        st = os.stat(driver_root / "etc" / "ld.so.cache")
+    except OSError:
+        return None
+    return [st.st_ino, st.st_size, st.st_mtime_ns]
+
+
 def _reusable(final: Path, driver_root: Path) -> Optional[Volume]:
     """The existing volume at `final` if it is whole and made from these driver files."""
     if not final.is_dir():
@@ -313,7 +349,8 @@ def _reusable(final: Path, driver_root: Path) -> Optional[Volume]:
     except UserError as e:
         log.warning("driver volume %s will be rebuilt: %s", final, e)
         return None
-    if manifest.get("driver_root") != str(driver_root) or not _sources_unchanged(manifest):
+    if manifest.get("driver_root") != str(driver_root) or not _sources_unchanged(manifest) \
+            or manifest.get("ldcache") != _ldcache_stamp(driver_root):
         log.info("driver volume %s will be rebuilt: the driver files under %s changed",
                  final, driver_root)
         return None

@@ -64,6 +64,10 @@ def register(sub) -> None:
     gc.add_argument("--root", default="/", metavar="DIR", type=non_empty,
                     help="driver tree used to tell this host's version when --keep is not "
                          "given (default /)")
+    gc.add_argument("--docker_socket", default="none", metavar="URL",
+                    help="also keep the volumes Docker containers (any state) mount, asking "
+                         "this engine, e.g. unix:///var/run/docker.sock (default none: only "
+                         "mounts in the host's mount namespaces count)")
     gc.set_defaults(func=cmd_gc)
 
     pl = vsub.add_parser("plugin", help="serve the Docker volume plugin alone",
@@ -114,7 +118,7 @@ def driver_version(args) -> str:
         v = kernel_driver_version()
         if v:
             return v
-    v = components.gather(args.root).driver_version()
+    v = components.tree_version(args.root)
     if v is None:
         raise UserError(f"--driver_version not given and no NVIDIA driver found under "
                         f"{args.root} (no kernel module, no libnvidia-ml.so.<version>)")
@@ -159,7 +163,14 @@ def cmd_gc(args) -> int:
             keep = [driver_version(args)]
         except UserError as e:
             raise UserError(f"{e}; give --keep VERSION") from None
-    removed = builder.gc(args.volume_root, keep, args.in_use)
+    in_use_now = list(args.in_use)
+    if args.docker_socket not in ("", "none"):
+        from volumes import in_use
+        try:
+            in_use_now += list(in_use.docker_users(args.volume_root, args.docker_socket))
+        except in_use.DockerUnreachable as e:
+            raise UserError(f"nothing removed: {e}") from None
+    removed = builder.gc(args.volume_root, keep, in_use_now)
     print(f"removed {', '.join(builder.PREFIX + v for v in removed)}" if removed
           else "nothing to remove")
     return 0
@@ -173,15 +184,16 @@ def cmd_plugin(args) -> int:
         raise UserError(f"--root {args.root}: not a directory")
     builder.check_root(args.volume_root)
     plugin = VolumePlugin(version, args.root, args.volume_root)
-    server = PluginServer(plugin, args.socket_dir, args.name)
     stop = threading.Event()
 
     def on_signal(signum, _frame) -> None:
         log.info("%s received: stopping the volume plugin", signal.Signals(signum).name)
         stop.set()
 
+    # Before the socket exists: a signal as soon as it is there must stop cleanly too.
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    server = PluginServer(plugin, args.socket_dir, args.name)
     server.start()
     try:
         while not stop.wait(1.0):

@@ -1,61 +1,158 @@
-"""What a driver volume holds: the NVIDIA binaries and libraries of a driver
-tree, found the way Mesos 1.11 and nvidia-docker v1 find them, with the union
-of their lists.
+"""What a driver volume holds: the binaries, libraries and GSP firmware of the
+RUNNING NVIDIA driver, and nothing else.
 
-- Libraries: every ld.so.cache entry whose name starts with a listed name (so
-  every version is taken), resolved to its real file under the root, kept or
-  dropped by the GL compat and TLS filters, sorted into `lib64/` (ELF class 64)
-  or `lib/` (class 32), with a symlink named by its DT_SONAME, plus the
-  `libcuda.so` and `libGLX_indirect.so.0` links nvidia-docker adds.
-- Binaries: looked up on a PATH under the root, links followed.
+The list (LIBRARIES, BINARIES, LEFT_OUT) is NVIDIA's current one (the container
+toolkit and libnvidia-container inject the same), each entry with its reason.
+How files are found:
+
+- Libraries: every ld.so.cache entry whose name starts with a listed name,
+  resolved to its real file under the root. The file must belong to the running
+  driver: its name ends in `.so.<driver version>`, or (a file named without the
+  version) the version string is in its bytes. A file of another driver is
+  replaced by its sibling of the running version in the same directory when
+  there is one (an upgrade in place leaves the cache naming the old file), else
+  left out; all such files are named in one log line. Then the GL compat and TLS
+  filters, `lib64/` for ELF class 64 and `lib/` for class 32, and links: the
+  DT_SONAME, every name the cache lists for the file (as Mesos's volume), and
+  the extra names nvidia-docker and NVIDIA's toolkit add (EXTRA_LINKS).
+- Binaries: the first on a PATH under the root (links followed) that is not of
+  another driver (its bytes carry the running version string, or no driver
+  version at all).
+- GSP firmware: `nvidia/<version>/gsp*.bin` in the kernel's firmware search
+  path, as NVIDIA's toolkit mounts it; containers see it at FIRMWARE_DIR.
 """
 import logging
+import mmap
 import os
 import platform
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, FrozenSet, List, Optional, Tuple, Union
+from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple, Union
 
 from volumes import elf, ldcache, rootpath
+from volumes.environment import DEFAULT_PATH
 from common.errors import UserError
 
 log = logging.getLogger("mesos-gpu.volume")
 
-# nvidia-modprobe, nvidia-settings and nvidia-xconfig stay out (both upstreams
-# comment them out: they touch the host, not a container's work).
-BINARIES: Tuple[str, ...] = (
-    "nvidia-smi",               # utility
-    "nvidia-debugdump",         # utility
-    "nvidia-persistenced",      # compute
-    "nvidia-cuda-mps-control",  # compute
-    "nvidia-cuda-mps-server",   # compute
+
+@dataclass(frozen=True)
+class Component:
+    name: str           # a library name prefix (libcuda.so) or a binary name
+    group: str
+    reason: str         # why a container needs it
+
+
+BINARIES: Tuple[Component, ...] = (
+    Component("nvidia-smi", "utility", "system management interface"),
+    Component("nvidia-debugdump", "utility", "GPU state dump for bug reports"),
+    Component("nvidia-persistenced", "compute", "keeps the driver initialised between jobs"),
+    Component("nvidia-cuda-mps-control", "compute", "Multi-Process Service control"),
+    Component("nvidia-cuda-mps-server", "compute", "Multi-Process Service server"),
+    Component("nvidia-imex", "compute", "IMEX daemon: memory export across NVLink nodes (550+)"),
+    Component("nvidia-imex-ctl", "compute", "IMEX daemon's control tool (550+)"),
 )
 
-LIBRARIES: Dict[str, Tuple[str, ...]] = {
-    "utility": ("libnvidia-ml.so", "libnvidia-cfg.so",
-                "libnvidia-gpucomp.so"),    # added on Mesos master for newer drivers
-    "compute": ("libcuda.so", "libnvidia-opencl.so", "libnvidia-ptxjitcompiler.so",
-                "libnvidia-fatbinaryloader.so", "libnvidia-compiler.so"),
-    "video": ("libvdpau_nvidia.so", "libnvidia-encode.so", "libnvcuvid.so"),
-    "graphics": ("libnvidia-eglcore.so", "libnvidia-glcore.so", "libnvidia-tls.so",
-                 "libnvidia-glsi.so", "libnvidia-fbc.so", "libnvidia-ifr.so",
-                 "libnvidia-egl-wayland.so"),               # the last from nvidia-docker
-    "glvnd": ("libGLX_nvidia.so", "libEGL_nvidia.so", "libGLESv2_nvidia.so",
-              "libGLESv1_CM_nvidia.so",
-              "libGLX.so", "libOpenGL.so", "libGLdispatch.so"),  # dispatch: nvidia-docker
-    "compat": ("libGL.so", "libEGL.so", "libGLESv1_CM.so", "libGLESv2.so"),
+LIBRARIES: Tuple[Component, ...] = (
+    # utility
+    Component("libnvidia-ml.so", "utility", "NVML: nvidia-smi, DCGM, pynvml"),
+    Component("libnvidia-cfg.so", "utility", "GPU configuration queries (nvidia-smi)"),
+    Component("libnvidia-nscq.so", "utility", "NVSwitch topology and state (HGX systems)"),
+    # compute
+    Component("libcuda.so", "compute", "the CUDA driver API"),
+    Component("libcudadebugger.so", "compute", "CUDA debugger back end: cuda-gdb on 525+ drivers"),
+    Component("libnvidia-ptxjitcompiler.so", "compute", "PTX JIT compiler used by libcuda"),
+    Component("libnvidia-nvvm.so", "compute",
+              "NVVM compiler libcuda loads for JIT link-time optimisation (CUDA 12, 530+)"),
+    Component("libnvidia-fatbinaryloader.so", "compute", "fatbin loader used by libcuda (<= 440)"),
+    Component("libnvidia-opencl.so", "compute", "the OpenCL ICD (OpenCL programs)"),
+    Component("libnvidia-compiler.so", "compute", "NVVM-PTX compiler of the OpenCL ICD (<= 470)"),
+    Component("libnvidia-gpucomp.so", "compute", "shared shader and compute compiler (545+)"),
+    Component("libnvidia-allocator.so", "compute", "buffer allocator of the GBM back end"),
+    Component("libnvidia-pkcs11.so", "compute", "encryption for confidential computing (535+)"),
+    Component("libnvidia-pkcs11-openssl3.so", "compute", "the same, built on OpenSSL 3"),
+    Component("libnvidia-tileiras.so", "compute", "JIT for CUDA Tile IR (newest drivers)"),
+    # video
+    Component("libvdpau_nvidia.so", "video", "VDPAU video decode ICD"),
+    Component("libnvidia-encode.so", "video", "NVENC video encoder"),
+    Component("libnvidia-opticalflow.so", "video", "optical flow SDK"),
+    Component("libnvcuvid.so", "video", "NVDEC video decoder"),
+    # graphics
+    Component("libnvidia-eglcore.so", "graphics", "EGL core of libEGL_nvidia and libGLES*_nvidia"),
+    Component("libnvidia-glcore.so", "graphics", "OpenGL core of libGLX_nvidia"),
+    Component("libnvidia-tls.so", "graphics", "thread-local storage of the GL core"),
+    Component("libnvidia-glsi.so", "graphics", "OpenGL system interaction of libEGL_nvidia"),
+    Component("libnvidia-fbc.so", "graphics", "framebuffer capture"),
+    Component("libnvidia-ifr.so", "graphics", "OpenGL framebuffer capture (<= 470)"),
+    Component("libnvidia-rtcore.so", "graphics", "OptiX ray-tracing core"),
+    Component("libnvoptix.so", "graphics", "OptiX"),
+    Component("libnvidia-glvkspirv.so", "graphics", "SPIR-V compiler of the Vulkan driver"),
+    Component("libnvidia-cbl.so", "graphics", "Vulkan ray tracing (VK_NV_ray_tracing)"),
+    Component("libnvidia-ngx.so", "graphics", "NGX (DLSS) runtime"),
+    # GLVND vendor libraries: NVIDIA's implementations behind the image's loaders
+    Component("libGLX_nvidia.so", "glvnd", "OpenGL/GLX vendor library"),
+    Component("libEGL_nvidia.so", "glvnd", "EGL vendor library"),
+    Component("libGLESv2_nvidia.so", "glvnd", "OpenGL ES 2/3 vendor library"),
+    Component("libGLESv1_CM_nvidia.so", "glvnd", "OpenGL ES 1 vendor library"),
+    # compat: the pre-GLVND NVIDIA builds of the GL entry points; the same names
+    # from GLVND or Mesa are vendor-neutral and stay out (see _compat_from_nvidia)
+    Component("libGL.so", "compat", "legacy NVIDIA libGL (drivers without GLVND)"),
+    Component("libEGL.so", "compat", "legacy NVIDIA libEGL"),
+    Component("libGLESv1_CM.so", "compat", "legacy NVIDIA libGLESv1_CM"),
+    Component("libGLESv2.so", "compat", "legacy NVIDIA libGLESv2"),
+)
+
+# Matched so that their exclusion is logged with its reason, never taken.
+LEFT_OUT: Tuple[Component, ...] = (
+    Component("libGLX.so", "glvnd-loader", "GLVND loader, vendor-neutral: the image's own"),
+    Component("libOpenGL.so", "glvnd-loader", "GLVND loader, vendor-neutral: the image's own"),
+    Component("libGLdispatch.so", "glvnd-loader", "GLVND dispatch, vendor-neutral: the image's own"),
+    Component("libnvidia-egl-wayland.so", "platform",
+              "EGL Wayland platform, versioned apart from the driver (egl-wayland)"),
+    Component("libnvidia-egl-gbm.so", "platform", "EGL GBM platform, versioned apart (egl-gbm)"),
+    Component("libnvidia-gtk2.so", "x11", "nvidia-settings' GTK 2 UI"),
+    Component("libnvidia-gtk3.so", "x11", "nvidia-settings' GTK 3 UI"),
+    Component("libnvidia-wfb.so", "x11", "X server wrapped framebuffer module"),
+    Component("libdxcore.so", "wsl", "WSL 2 only"),
+)
+
+# Binaries both upstreams leave out: nvidia-modprobe, nvidia-settings and
+# nvidia-xconfig act on the host; nv-fabricmanager is a host daemon.
+
+# Links besides the soname and the cache names: applications dlopen libcuda.so
+# and libnvidia-ml.so (no development package in an image provides them);
+# GLVND needs libGLX_indirect.so.0 for indirect GLX; NVIDIA's toolkit adds the
+# missing libnvidia-opticalflow.so link.
+EXTRA_LINKS: Dict[str, Tuple[str, ...]] = {
+    "libcuda.so.1": ("libcuda.so",),
+    "libnvidia-ml.so.1": ("libnvidia-ml.so",),
+    "libGLX_nvidia.so.0": ("libGLX_indirect.so.0",),
+    "libnvidia-opticalflow.so.1": ("libnvidia-opticalflow.so",),
 }
 
-# Vendor-neutral GL names: a copy from another vendor (Mesa) must stay out.
 GL_COMPAT = ("libGL", "libEGL", "libGLESv1_CM", "libGLESv2")
-GL_NVIDIA_NEEDED = re.compile(r"^(libGLdispatch\.so|libnvidia-gl|libnvidia-egl)")
+# An NVIDIA build of a compat library is linked against NVIDIA's GL or EGL core
+# (libnvidia-container's rule); GLVND's and Mesa's are not.
+GL_NVIDIA_NEEDED = re.compile(r"^libnvidia-(gl|egl)core\.so")
 # libnvidia-tls came in two builds; only the one for the 2.3.99 ABI (the
 # "new TLS" build, the only one since 3xx) works with current glibc.
 TLS_ABI = (0, 2, 3, 99)
-EXTRA_LINKS = {"libcuda.so.1": "libcuda.so", "libGLX_nvidia.so.0": "libGLX_indirect.so.0"}
+VENDOR_NEUTRAL = ("vendor-neutral GL library (GLVND or Mesa: not linked against "
+                  "libnvidia-glcore/eglcore); the image brings its own")
 
-DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+FIRMWARE_DIR = "/lib/firmware/nvidia"           # where containers see GSP firmware
+# The kernel's firmware search path (drivers/base/firmware_loader), as NVIDIA's
+# toolkit walks it; the firmware_class.path parameter comes first on the host.
+FIRMWARE_CLASS_PATH = Path("/sys/module/firmware_class/parameters/path")
+
+# A driver version as it appears at the end of a library's file name.
+_DRIVER_VERSION = re.compile(r"[0-9]{3,}\.[0-9]+(\.[0-9]+)?")
+# A driver version as a C string in a binary ("535.261.03" and a NUL): found from its
+# cheap tail (".03" and the NUL), then checked whole; a regex over all of nvidia-smi
+# would cost more than the rest of the volume build.
+_VERSION_TAIL = re.compile(rb"\.[0-9]{2}\x00")
+_VERSION_STRING = re.compile(rb"[0-9]{3}\.[0-9]{2,3}\.[0-9]{2}")
 
 # Cache arch codes this machine runs, and which are 64-bit (lib64/).
 _HOST_ARCHES = {
@@ -90,149 +187,391 @@ class Binary:
 
 
 @dataclass(frozen=True)
+class Firmware:
+    source: Path                # the real file under the root
+    version: str
+
+    @property
+    def dest(self) -> str:
+        return f"firmware/nvidia/{self.version}/{self.source.name}"
+
+    @property
+    def container_path(self) -> str:
+        return f"{FIRMWARE_DIR}/{self.version}/{self.source.name}"
+
+
+@dataclass(frozen=True)
 class Components:
     root: Path
     binaries: Tuple[Binary, ...]
     libraries: Tuple[Library, ...]
     skipped: Tuple[Tuple[str, str], ...] = field(default=())     # (path, why)
+    version: Optional[str] = None                                # the driver they belong to
+    firmware: Tuple[Firmware, ...] = ()
+    other_versions: Tuple[Tuple[str, str], ...] = ()             # (path, its version)
 
     def sources(self) -> List[Path]:
-        return [b.source for b in self.binaries] + [lib.source for lib in self.libraries]
+        return ([b.source for b in self.binaries] + [lib.source for lib in self.libraries]
+                + [f.source for f in self.firmware])
 
     def driver_version(self) -> Optional[str]:
-        """The version in the real file name of libnvidia-ml or libcuda
-        (libnvidia-ml.so.535.261.03 -> 535.261.03), if the tree has one."""
-        for stem in ("libnvidia-ml.so.", "libcuda.so."):
-            for lib in self.libraries:
-                v = lib.filename[len(stem):]
-                if lib.filename.startswith(stem) and re.fullmatch(r"\d+(\.\d+)+", v):
-                    return v
-        return None
+        return self.version
 
 
-def group_of(name: str) -> Optional[str]:
-    """The group whose list has a prefix of `name` (a cache entry name)."""
-    for group, prefixes in LIBRARIES.items():
-        if any(name.startswith(p) for p in prefixes):
-            return group
+def find_component(name: str, components: Sequence[Component] = LIBRARIES) -> Optional[Component]:
+    """The component whose name is a prefix of `name` (a cache entry name)."""
+    for c in components:
+        if name.startswith(c.name):
+            return c
     return None
 
 
-def gather(root: Union[str, Path] = "/", cache: Optional[ldcache.Cache] = None,
-           search_path: str = DEFAULT_PATH, machine: Optional[str] = None) -> Components:
-    """The volume's contents from the driver tree at `root` (its ld.so.cache and PATH)."""
+def group_of(name: str) -> Optional[str]:
+    c = find_component(name)
+    return c.group if c else None
+
+
+def name_version(filename: str) -> Optional[str]:
+    """The driver version a library's file name carries (libcuda.so.535.261.03 ->
+    535.261.03); None for names without one (libcuda.so.1, libGL.so.1.7.0)."""
+    _, sep, tail = filename.partition(".so.")
+    return tail if sep and _DRIVER_VERSION.fullmatch(tail) else None
+
+
+def _contains(path: Path, needle: bytes) -> bool:
+    """Does the file hold `needle` as a whole version (not inside a longer number)?"""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            return False
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            at = m.find(needle)
+            while at >= 0:
+                if _bounded(m, at, at + len(needle)):
+                    return True
+                at = m.find(needle, at + 1)
+    return False
+
+
+def _bounded(data, start: int, end: int) -> bool:
+    """Is data[start:end] a whole number, not part of a longer one (12535.261.035)?"""
+    before = data[start - 1:start] if start else b""
+    after = data[end:end + 1]
+    return not (before.isdigit() or before == b".") and not (after.isdigit() or after == b".")
+
+
+def _other_driver_string(path: Path) -> Optional[str]:
+    """A driver version C string in a binary's bytes (nvidia-smi carries its own)."""
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return None
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            for tail in _VERSION_TAIL.finditer(m):
+                end = tail.end() - 1
+                for start in (end - 9, end - 10):           # 535.261.03, 470.57.01
+                    if start >= 0 and _VERSION_STRING.fullmatch(m, start, end) and \
+                            _bounded(m, start, end):
+                        return m[start:end].decode()
+    return None
+
+
+def tree_version(root: Union[str, Path] = "/", cache: Optional[ldcache.Cache] = None,
+                 machine: Optional[str] = None) -> Optional[str]:
+    """The version of the libnvidia-ml.so.1 the dynamic loader of the tree would
+    load (so, what NVML reports there), from its real file's name."""
     root = Path(os.path.abspath(root))
     if not root.is_dir():
         raise UserError(f"driver root {root}: not a directory")
     if cache is None:
         cache = ldcache.read(root=root)
-    skipped: List[Tuple[str, str]] = []
+    arches = _HOST_ARCHES.get(machine or platform.machine())
     resolver = rootpath.Resolver(root)
-    libraries = _libraries(resolver, cache, machine or platform.machine(), skipped)
-    binaries = _binaries(resolver, search_path)
-    log.debug("driver tree %s: %d binaries, %d libraries, %d skipped", root,
-              len(binaries), len(libraries), len(skipped))
-    return Components(root, tuple(binaries), tuple(libraries), tuple(skipped))
-
-
-def _libraries(resolver: rootpath.Resolver, cache: ldcache.Cache, machine: str,
-               skipped: List[Tuple[str, str]]) -> List[Library]:
-    arches = _HOST_ARCHES.get(machine)
-    found: Dict[Path, Tuple[str, elf.ElfInfo, List[str]]] = {}     # real file -> group, elf, names
     for entry in cache.entries:
-        group = group_of(entry.name)
-        if group is None or not entry.is_elf:
+        if entry.name != "libnvidia-ml.so.1" or not entry.is_elf:
             continue
-        if arches is not None and entry.arch_code not in arches:
-            skipped.append((entry.path, f"cache arch '{entry.arch}' is not run on {machine}"))
+        if arches is not None and arches.get(entry.arch_code) != 64:
             continue
         try:
-            real = resolver.regular_file(entry.path)
+            return name_version(resolver.regular_file(entry.path).name)
+        except UserError:
+            continue
+    return None
+
+
+def gather(root: Union[str, Path] = "/", cache: Optional[ldcache.Cache] = None,
+           search_path: str = DEFAULT_PATH, machine: Optional[str] = None,
+           driver_version: Optional[str] = None) -> Components:
+    """The volume's contents for `driver_version` (default: the version of the
+    tree's libnvidia-ml, see tree_version) from the driver tree at `root`."""
+    root = Path(os.path.abspath(root))
+    if not root.is_dir():
+        raise UserError(f"driver root {root}: not a directory")
+    if cache is None:
+        cache = ldcache.read(root=root)
+    machine = machine or platform.machine()
+    version = driver_version or tree_version(root, cache, machine)
+    resolver = rootpath.Resolver(root)
+    found = _Found(resolver, version)
+    _libraries(found, cache, machine)
+    binaries = _binaries(found, search_path)
+    libraries = _placed(found)
+    firmware = _firmware(resolver, version) if version else []
+    if found.other_versions and libraries:      # with none, the builder's error says it
+        log.warning("driver volume for %s: leaving out %d files of other drivers: %s", version,
+                    len(found.other_versions),
+                    ", ".join(f"{p} ({v})" for p, v in found.other_versions))
+    log.debug("driver tree %s (driver %s): %d binaries, %d libraries, %d firmware files, "
+              "%d skipped", root, version, len(binaries), len(libraries), len(firmware),
+              len(found.skipped))
+    return Components(root, tuple(binaries), tuple(libraries), tuple(found.skipped), version,
+                      tuple(firmware), tuple(found.other_versions))
+
+
+class _Found:
+    """What the cache walk has found so far, and what it left out."""
+
+    def __init__(self, resolver: rootpath.Resolver, version: Optional[str]) -> None:
+        self.resolver = resolver
+        self.version = version
+        self.files: Dict[Path, Tuple[Component, elf.ElfInfo, List[str]]] = {}  # real -> ...
+        self.skipped: List[Tuple[str, str]] = []
+        self.other_versions: List[Tuple[str, str]] = []
+        self._other_seen: set = set()
+
+    def skip(self, path: str, why: str) -> None:
+        self.skipped.append((path, why))
+
+    def other(self, path: Path, version: str) -> None:
+        if path not in self._other_seen:
+            self._other_seen.add(path)
+            self.other_versions.append((str(path), version))
+        self.skip(str(path), f"belongs to driver {version}, not the running {self.version}")
+
+
+def _sibling(found: _Found, component: Component, dirs: Sequence[str]) -> Optional[Path]:
+    """The running version's file of `component` in one of `dirs` (paths inside the root)."""
+    stem = component.name            # libcuda.so -> libcuda.so.<version>
+    for d in dict.fromkeys(dirs):
+        try:
+            return found.resolver.regular_file(f"{d.rstrip('/')}/{stem}.{found.version}")
+        except rootpath.EscapeError:
+            raise
+        except UserError:
+            continue
+    return None
+
+
+def _inside(found: _Found, real: Path) -> str:
+    """A real path under the root, as seen from inside the root."""
+    top = found.resolver.top.rstrip("/")
+    return "/" + os.path.relpath(real, top or "/") if top else str(real)
+
+
+def _of_running_driver(found: _Found, component: Component, entry: ldcache.Entry,
+                       real: Optional[Path]) -> Optional[Path]:
+    """The file to take for this cache entry: `real` if it is of the running
+    driver, else its sibling of the running version, else None (recorded why)."""
+    if found.version is None:           # no version known: the tree as the cache has it
+        return real
+    dirs = [os.path.dirname(entry.path)]
+    if real is not None:
+        own = name_version(real.name)
+        if own == found.version:
+            return real
+        if own is None and _contains(real, found.version.encode()):
+            return real
+        dirs.insert(0, os.path.dirname(_inside(found, real)))
+    sibling = _sibling(found, component, dirs)
+    if sibling is not None:
+        if real is not None:
+            log.debug("driver volume: the cache names %s; taking %s of driver %s", real,
+                      sibling, found.version)
+        return sibling
+    if real is None:
+        return None
+    own = name_version(real.name)
+    if own is not None:
+        found.other(real, own)
+    else:
+        found.skip(str(real), f"no driver version in its name and {found.version} is not "
+                              f"in the file: not shown to belong to the running driver")
+        log.info("driver volume: leaving out %s: not shown to be of driver %s", real,
+                 found.version)
+    return None
+
+
+def _libraries(found: _Found, cache: ldcache.Cache, machine: str) -> None:
+    arches = _HOST_ARCHES.get(machine)
+    for entry in cache.entries:
+        component = find_component(entry.name)
+        if component is None:
+            left_out = find_component(entry.name, LEFT_OUT)
+            if left_out is not None:
+                found.skip(entry.path, left_out.reason)
+            continue
+        if not entry.is_elf:
+            continue
+        if arches is not None and entry.arch_code not in arches:
+            found.skip(entry.path, f"cache arch '{entry.arch}' is not run on {machine}")
+            continue
+        try:
+            real: Optional[Path] = found.resolver.regular_file(entry.path)
         except rootpath.EscapeError:
             raise
         except UserError as e:
-            skipped.append((entry.path, str(e)))
-            log.warning("driver volume: skipping %s: %s", entry.path, e)
+            real = None
+            why = str(e)
+        if real is not None and component.group == "compat" and _vendor_neutral(found, entry, real):
             continue
-        if real in found:
-            found[real][2].append(entry.name)
+        chosen = _of_running_driver(found, component, entry, real)
+        if chosen is None:
+            if real is None:
+                found.skip(entry.path, why)
+                log.warning("driver volume: skipping %s: %s", entry.path, why)
+            continue
+        if chosen in found.files:
+            found.files[chosen][2].append(entry.name)
             continue
         try:
-            info = elf.read(real)
+            info = elf.read(chosen)
         except elf.ElfError as e:
-            skipped.append((entry.path, str(e)))
+            found.skip(entry.path, str(e))
             log.warning("driver volume: skipping %s: %s", entry.path, e)
             continue
         if arches is not None and arches[entry.arch_code] != info.bits:
-            skipped.append((entry.path, f"ELF class {info.bits} disagrees with cache arch "
-                                        f"'{entry.arch}'"))
+            found.skip(entry.path, f"ELF class {info.bits} disagrees with cache arch "
+                                   f"'{entry.arch}'")
             continue
-        why = _filtered_out(group, real.name, info)
-        if why:
-            skipped.append((entry.path, why))
-            log.info("driver volume: leaving out %s: %s", real, why)
+        why_not = _filtered_out(component, chosen.name, info)
+        if why_not:
+            found.skip(entry.path, why_not)
+            log.info("driver volume: leaving out %s: %s", chosen, why_not)
             continue
-        found[real] = (group, info, [entry.name])
-    return _placed(found, skipped)
+        found.files[chosen] = (component, info, [entry.name])
 
 
-def _filtered_out(group: str, filename: str, info: elf.ElfInfo) -> Optional[str]:
+def _vendor_neutral(found: _Found, entry: ldcache.Entry, real: Path) -> bool:
+    """A GL entry point of GLVND or Mesa (left out, whatever its version)."""
+    try:
+        info = elf.read(real)
+    except elf.ElfError:
+        return False                # judged with the other files below
+    if _compat_from_nvidia(info):
+        return False
+    found.skip(entry.path, VENDOR_NEUTRAL)
+    log.debug("driver volume: leaving out %s: %s", real, VENDOR_NEUTRAL)   # every GL host
+    return True
+
+
+def _filtered_out(component: Component, filename: str, info: elf.ElfInfo) -> Optional[str]:
     """Why a matched library stays out of the volume (the GL compat and TLS rules)."""
     stem = filename.split(".so", 1)[0]
-    if group == "compat" and stem in GL_COMPAT:
-        if not any(GL_NVIDIA_NEEDED.match(n) for n in info.needed):
-            return ("GL compat library from another vendor (DT_NEEDED has neither "
-                    "libGLdispatch nor libnvidia-gl*/egl*)")
+    if component.group == "compat" and stem in GL_COMPAT and not _compat_from_nvidia(info):
+        return VENDOR_NEUTRAL
     if stem == "libnvidia-tls" and info.abi_tag != TLS_ABI:
         return f"libnvidia-tls for ABI {info.abi_tag}, not 2.3.99"
     return None
 
 
-def _placed(found: Dict[Path, Tuple[str, elf.ElfInfo, List[str]]],
-            skipped: List[Tuple[str, str]]) -> List[Library]:
+def _compat_from_nvidia(info: elf.ElfInfo) -> bool:
+    return any(GL_NVIDIA_NEEDED.match(n) for n in info.needed)
+
+
+def _placed(found: _Found) -> List[Library]:
     """Directory and links per file; the first file (cache order) wins a name."""
     taken: Dict[str, Path] = {}
     libraries = []
-    for real, (group, info, names) in found.items():
+    for real, (component, info, names) in found.files.items():
         directory = "lib64" if info.bits == 64 else "lib"
         if f"{directory}/{real.name}" in taken:
-            skipped.append((str(real), f"{directory}/{real.name} already taken by "
-                                       f"{taken[f'{directory}/{real.name}']}"))
+            found.skip(str(real), f"{directory}/{real.name} already taken by "
+                                  f"{taken[f'{directory}/{real.name}']}")
             continue
         taken[f"{directory}/{real.name}"] = real
+        wanted = [info.soname, *names, *EXTRA_LINKS.get(info.soname or "", ())]
         links = []
-        for link in (info.soname, EXTRA_LINKS.get(info.soname or "")):
-            if link and link != real.name and f"{directory}/{link}" not in taken:
+        for link in dict.fromkeys(n for n in wanted if n):
+            if link != real.name and "/" not in link and f"{directory}/{link}" not in taken:
                 taken[f"{directory}/{link}"] = real
                 links.append(link)
-        libraries.append(Library(group, real, directory, real.name, tuple(links), tuple(names)))
+        libraries.append(Library(component.group, real, directory, real.name, tuple(links),
+                                 tuple(names)))
     return libraries
 
 
-def _binaries(resolver: rootpath.Resolver, search_path: str) -> List[Binary]:
+def _binaries(found: _Found, search_path: str) -> List[Binary]:
     binaries = []
     dirs = [d for d in search_path.split(":") if d.startswith("/")]
-    for name in BINARIES:
+    for component in BINARIES:
         for d in dirs:
-            candidate = f"{d.rstrip('/')}/{name}"
+            candidate = f"{d.rstrip('/')}/{component.name}"
             try:
-                real = resolver.resolve(candidate)
+                real = found.resolver.resolve(candidate)
             except rootpath.EscapeError:
                 raise
             except UserError:
                 continue
-            if real.is_file() and os.access(real, os.X_OK):
-                binaries.append(Binary(name, real))
-                break
+            if not (real.is_file() and os.access(real, os.X_OK)):
+                continue
+            if found.version and not _contains(real, found.version.encode()):
+                other = _other_driver_string(real)
+                if other is not None:        # another driver's copy earlier on PATH
+                    found.other(real, other)
+                    continue
+            binaries.append(Binary(component.name, real))
+            break
         else:
-            log.debug("driver volume: binary %s not on %s under %s", name, search_path,
-                      resolver.top)
+            log.debug("driver volume: binary %s not on %s under %s", component.name,
+                      search_path, found.resolver.top)
     return binaries
+
+
+def firmware_search_path(root: Path) -> List[str]:
+    """Directories (inside the root) the kernel loads firmware from, in order."""
+    release = os.uname().release
+    dirs = []
+    if str(root) == "/":            # the running kernel's own extra path
+        try:
+            custom = FIRMWARE_CLASS_PATH.read_text().strip()
+        except OSError:
+            custom = ""
+        if custom:
+            dirs.append(custom)
+    return dirs + [f"/lib/firmware/updates/{release}", "/lib/firmware/updates",
+                   f"/lib/firmware/{release}", "/lib/firmware"]
+
+
+def _firmware(resolver: rootpath.Resolver, version: str) -> List[Firmware]:
+    """The GSP firmware files of `version` (the first of each name in search order)."""
+    out: Dict[str, Firmware] = {}
+    for d in firmware_search_path(Path(resolver.top)):
+        try:
+            where = resolver.resolve(f"{d}/nvidia/{version}")
+        except rootpath.EscapeError:
+            raise
+        except UserError:
+            continue
+        if not where.is_dir():
+            continue
+        for f in sorted(where.glob("gsp*.bin")):
+            if f.name in out:
+                continue
+            try:
+                out[f.name] = Firmware(resolver.regular_file(f"{d}/nvidia/{version}/{f.name}"),
+                                       version)
+            except rootpath.EscapeError:
+                raise
+            except UserError:
+                continue
+    if not out:
+        log.info("driver volume: no GSP firmware for driver %s (a GPU without GSP, or "
+                 "the firmware files are not installed)", version)
+    return list(out.values())
 
 
 def names(components: Components) -> FrozenSet[str]:
     """Every path the volume will hold (files and links), relative to it."""
-    out = {b.dest for b in components.binaries}
+    out = {b.dest for b in components.binaries} | {f.dest for f in components.firmware}
     for lib in components.libraries:
         out.add(lib.dest)
         out.update(f"{lib.directory}/{link}" for link in lib.links)

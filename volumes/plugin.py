@@ -14,7 +14,9 @@ volume; `ro` because the volume is the host's driver.)
 
 Mount and Create build the volume (or reuse it: milliseconds) with
 `volumes.builder`; Remove deletes the directory unless a container mounted
-through this plugin, or one the owner reports through `in_use`, still uses it.
+through this plugin, or one the owner reports through `in_use`, still uses it,
+and leaves the directory of a version the owner `keep`s (the agent daemon's
+current volume: Docker forgets the name, the daemon still hands it out).
 """
 import json
 import logging
@@ -30,6 +32,7 @@ from typing import Any, Callable, Dict, Optional, Set, Union
 
 from volumes import builder
 from common.errors import UserError
+from common.paths import MAX_SOCKET_PATH
 
 log = logging.getLogger("mesos-gpu.volume-plugin")
 
@@ -37,7 +40,7 @@ NAME = "nvidia-docker"
 SOCKET_DIR = "/run/docker/plugins"
 VOLUME_KIND = "nvidia_driver"
 CONTENT_TYPE = "application/vnd.docker.plugins.v1+json"
-MAX_SOCKET_PATH = 107           # sun_path is 108 bytes with its NUL
+MAX_REQUEST = 1 << 20           # dockerd's requests are a few hundred bytes
 _VOLUME_NAME = re.compile(r"([a-zA-Z0-9_.-]+)_([0-9.]+)")     # nvidia-docker's rule
 
 
@@ -54,7 +57,8 @@ def parse_volume_name(name: Any) -> str:
                         f"(digits and dots, e.g. 535.261.03)") from None
 
 
-def volume_name(version: str) -> str:
+def docker_volume_name(version: str) -> str:
+    """The name Docker knows the driver volume by (nvidia-docker's `nvidia_driver_<v>`)."""
     return f"{VOLUME_KIND}_{version}"
 
 
@@ -63,21 +67,25 @@ class VolumePlugin:
 
     def __init__(self, driver_version: str, driver_root: Union[str, Path] = "/",
                  volume_root: Union[str, Path] = builder.DEFAULT_VOLUME_ROOT,
-                 in_use: Optional[Callable[[], Set[str]]] = None) -> None:
+                 in_use: Optional[Callable[[], Set[str]]] = None,
+                 keep: Optional[Callable[[], Set[str]]] = None) -> None:
         self.driver_version = builder.check_version(driver_version)
         self.driver_root = Path(driver_root)
         self.volume_root = Path(volume_root)
         self.in_use = in_use or (lambda: set())
+        # Versions whose directory Remove leaves alone (Docker only forgets the
+        # name): the agent daemon's current volume, which it also hands out.
+        self.keep = keep or (lambda: set())
         self.mounts: Dict[str, Set[str]] = {}          # version -> mount ids
         self.created: Set[str] = set()
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()     # held per request; the daemon takes it to switch drivers
 
     def handle(self, endpoint: str, request: Dict[str, Any]) -> Dict[str, Any]:
         method = self._endpoints().get(endpoint)
         if method is None:
             return {"Err": f"unknown endpoint {endpoint}"}
         try:
-            with self._lock:
+            with self.lock:
                 return method(request)
         except UserError as e:
             return {"Err": str(e)}
@@ -102,7 +110,7 @@ class VolumePlugin:
         if version != self.driver_version:
             raise UserError(f"volume {name}: invalid volume version {version}: this host's "
                             f"driver is {self.driver_version} (use "
-                            f"{volume_name(self.driver_version)})")
+                            f"{docker_volume_name(self.driver_version)})")
         return version
 
     def _build(self, version: str) -> builder.Volume:
@@ -127,6 +135,11 @@ class VolumePlugin:
         if users or version in self.in_use():
             raise UserError(f"volume {request['Name']} is in use "
                             f"({users or 'some'} container(s)); not removed")
+        if version in self.keep():
+            log.info("volume %s removed from Docker; its directory stays (the agent daemon "
+                     "hands it out)", request["Name"])
+            self.created.discard(version)
+            return {"Err": ""}
         builder.remove(self.volume_root, version)
         self.created.discard(version)
         return {"Err": ""}
@@ -159,7 +172,7 @@ class VolumePlugin:
 
     def list(self, request: Dict[str, Any]) -> Dict[str, Any]:
         versions = {s.version for s in builder.list_volumes(self.volume_root)} | self.created
-        return {"Volumes": [{"Name": volume_name(v),
+        return {"Volumes": [{"Name": docker_volume_name(v),
                              "Mountpoint": str(self._on_disk(v) or "")}
                             for v in sorted(versions)], "Err": ""}
 
@@ -174,11 +187,21 @@ class _Handler(BaseHTTPRequestHandler):
             log.debug("volume plugin: a client went away mid-request")
 
     def do_POST(self) -> None:
+        # The whole request is read before any answer, a refusal included: a
+        # server that answers and closes while the client is still sending its
+        # body makes the client's write fail (EPIPE) instead of reading the answer.
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if not 0 <= length <= MAX_REQUEST:
+            self.close_connection = True
+            return self._reply(413 if length > MAX_REQUEST else 400,
+                               {"Err": f"Content-Length must be 0..{MAX_REQUEST} bytes"})
+        body = self.rfile.read(length) if length else b""
         accept = self.headers.get("Accept", "")
         if accept and "application/vnd.docker.plugins.v1" not in accept and "*/*" not in accept:
             return self._reply(406, {"Err": f"unsupported Accept {accept!r}"})
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else b""
         try:
             request = json.loads(body) if body.strip() else {}
         except ValueError:

@@ -150,7 +150,7 @@ class AppsResource:
         selector = label_selector(label) if label else None
         key = ("apps", tuple(sorted(embeds)), cmd, wanted_id, label, r.flag("gpus"))
         with self.registry.lock:
-            def build() -> str:
+            def select() -> list:
                 apps = list(self.registry.apps.values())
                 if cmd:
                     apps = [a for a in apps if cmd.lower() in (a.get("cmd") or "").lower()]
@@ -158,8 +158,9 @@ class AppsResource:
                     apps = [a for a in apps if wanted_id.lower() in a["id"].lower()]
                 if selector:
                     apps = [a for a in apps if selector(a["labels"])]
-                return '{"apps":' + self.api.view.list_text(apps, embeds, r.flag("gpus")) + "}"
-            body = self.api.view.answer(key, build)
+                return apps
+            body = self.api.view.answer_list(key, select, embeds, r.flag("gpus"),
+                                             (b'{"apps":', b"}"))
         return Response(200, body, {"Content-Type": "application/json"})
 
     def show(self, r: Request, app_id: str) -> Response:

@@ -113,11 +113,12 @@ class GroupsResource:
         with self.registry.lock:
             self.registry.group(target)
             body = self.api.view.answer(key, lambda: self._group_text(
-                target, self.registry.tree(), group_embeds, app_embeds, r.flag("gpus")))
+                target, self.registry.tree(), group_embeds, app_embeds, r.flag("gpus")),
+                shows_status=bool(app_embeds))
         return Response(200, body, {"Content-Type": "application/json"})
 
     def _group_text(self, group_id: str, tree: groups.Tree, group_embeds: set,
-                    app_embeds: Optional[set], with_gpus: bool) -> str:
+                    app_embeds: Optional[set], with_gpus: bool) -> bytes:
         """GroupInfo as text, each app's definition from the view's cache."""
         apps, all_groups = tree
         index = self.registry.by_app() if app_embeds else None
@@ -127,35 +128,36 @@ class GroupsResource:
         for child in all_groups:
             if child != groups.ROOT:
                 children.setdefault(groups.parent(child), ([], []))[1].append(child)
-        parts: List[str] = []
+        parts: List[bytes] = []
         view = self.api.view
 
         def add(gid: str) -> None:
             group = all_groups[gid]
             app_ids, group_ids = children.get(gid, ([], []))
-            parts.append('{"id":' + compact(gid))
+            parts.append(b'{"id":' + compact(gid).encode())
             if "group.apps" in group_embeds:
-                parts.append(',"apps":[')
+                parts.append(b',"apps":[')
                 for i, app_id in enumerate(sorted(app_ids)):
                     if i:
-                        parts.append(",")
+                        parts.append(b",")
                     if app_embeds:
-                        parts.append(self._app_text(apps[app_id], app_embeds, with_gpus, index))
+                        parts.append(self._app_text(apps[app_id], app_embeds, with_gpus,
+                                                    index).encode())
                     else:
                         view.definition_parts(apps[app_id], parts)
-                parts.append("]")
+                parts.append(b"]")
             if "group.groups" in group_embeds:
-                parts.append(',"groups":[')
+                parts.append(b',"groups":[')
                 for i, sub in enumerate(sorted(group_ids)):
                     if i:
-                        parts.append(",")
+                        parts.append(b",")
                     add(sub)
-                parts.append("]")
-            parts.append(',"pods":[],"dependencies":' + compact(group["dependencies"])
-                         + ',"version":' + compact(group["version"]) + "}")
+                parts.append(b"]")
+            parts.append((',"pods":[],"dependencies":' + compact(group["dependencies"])
+                          + ',"version":' + compact(group["version"]) + "}").encode())
 
         add(group_id)
-        return "".join(parts)
+        return b"".join(parts)
 
     def _app_text(self, app: dict, embeds: Optional[set], with_gpus: bool, index) -> str:
         """An app in a group: its bare definition unless `group.apps.*` embeds ask for more

@@ -179,12 +179,6 @@ def _check_unique(update: Update, path: str, v: Violations) -> None:
 Tree = Tuple[Dict[str, dict], Dict[str, dict]]        # (apps by id, groups by id)
 
 
-def subtree(tree: Tree, group_id: str) -> Tree:
-    apps, groups = tree
-    return ({i: a for i, a in apps.items() if is_below(i, group_id)},
-            {i: g for i, g in groups.items() if i == group_id or is_below(i, group_id)})
-
-
 def apply_update(tree: Tree, update: Update, version: str) -> Tree:
     """The tree with `update` applied to its group (created if missing)."""
     apps, groups = dict(tree[0]), dict(tree[1])

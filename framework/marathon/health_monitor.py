@@ -291,7 +291,7 @@ class HealthMonitor:
         results[index] = health
         if health.alive != was_alive or health.consecutive_failures != was_failures:
             self._write(task.id, results)
-            self.registry.touched()
+            self.registry.touched((task.app_id,))
         if health.alive != was_alive:
             self.registry.events.publish("health_status_changed_event", appId=task.app_id,
                                          instanceId=task.id, version=task.app_version,

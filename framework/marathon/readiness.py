@@ -122,7 +122,7 @@ class ReadinessMonitor:
                 if task.id in self.registry.tasks:
                     before = self._results.get(task.id, {}).get("ready")
                     self._results[task.id] = result
-                    self.registry.touched()
+                    self.registry.touched((task.app_id,))
                     if result["ready"] and not before:
                         log.info("task %s of %s is ready", task.id, task.app_id)
                         self.registry.wake()

@@ -18,7 +18,7 @@ import logging
 import math
 import queue
 import threading
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from framework.marathon import deployments, task_builder
 from framework.marathon.deployments import START, STOP
@@ -33,9 +33,11 @@ KILL_RETRY_SECONDS = 15.0
 
 
 class Reconciler:
-    def __init__(self, registry: Registry, scheduler: Any) -> None:
+    def __init__(self, registry: Registry, scheduler: Any,
+                 leading: Callable[[], bool] = lambda: True) -> None:
         self.registry = registry
         self.scheduler = scheduler
+        self.leading = leading          # only the leading instance launches and kills
         self._updates: "queue.Queue[TaskRecord]" = queue.Queue()
         self._finished: List[str] = []    # terminal tasks the scheduler may drop now
         self._wake = threading.Event()
@@ -74,6 +76,8 @@ class Reconciler:
             self._wake.clear()
             if self._stop.is_set():
                 break
+            if not self.leading():
+                continue
             try:
                 self.reconcile()
             except Exception:  # keep reconciling; the next pass starts from fresh state
@@ -131,7 +135,7 @@ class Reconciler:
         before = r.tasks.get(record.id)
         r.tasks[record.id] = record
         if before != record:
-            r.touched()
+            r.touched((record.app_id,))
         if r.health is not None:
             r.health.observe(before, record)
         if before is None or before.state != record.state:
@@ -165,8 +169,9 @@ class Reconciler:
             "version": record.app_version, "slaveId": record.agent_id or ""}
 
     def _forget(self, task_id: str) -> None:
-        if self.registry.tasks.pop(task_id, None) is not None:
-            self.registry.touched()
+        gone = self.registry.tasks.pop(task_id, None)
+        if gone is not None:
+            self.registry.touched((gone.app_id,))
         self.registry.kill_requested.pop(task_id, None)
         for monitor in (self.registry.health, self.registry.readiness):
             if monitor is not None:
@@ -200,7 +205,14 @@ class Reconciler:
             for app in r.apps.values():
                 if app["id"] in r.held:
                     continue        # its deployment step has not come: wait for its dependencies
-                app_launches, app_kills = self._plan_app(app, by_app.get(app["id"], []))
+                tasks = by_app.get(app["id"])
+                if tasks is None and app["instances"] == 0:
+                    continue        # nothing wanted, nothing running (most apps of a big idle list)
+                config = app["versionInfo"]["lastConfigChangeAt"]
+                if tasks and len(tasks) == app["instances"] and all(
+                        t.config_version == config and t.id not in r.kill_requested for t in tasks):
+                    continue        # as it should be: _plan_app would neither launch nor kill
+                app_launches, app_kills = self._plan_app(app, tasks or [])
                 launches.extend(app_launches)
                 kills.extend(app_kills)
             now = r.clock()
@@ -273,6 +285,7 @@ class Reconciler:
                 "slaveId": ""}
             r.backoff[app["id"]] = Backoff(delay=float(app["maxLaunchDelaySeconds"]),
                                            until=r.clock() + app["maxLaunchDelaySeconds"])
+            r.touched((app["id"],))     # its lastTaskFailure
             return None
         r.tasks[task_id] = TaskRecord(spec=spec, app_version=app["version"],
                                       config_version=app["versionInfo"]["lastConfigChangeAt"],
@@ -325,7 +338,7 @@ class Reconciler:
                 step += 1
             if step != r.progress.get(plan["id"], 0):
                 r.progress[plan["id"]] = step
-                r.touched()
+                r.touched(())           # (no listing shows a deployment's step)
                 r.wake()            # apps of the next step may start now
             if step < len(plan["steps"]) or not finish:
                 continue

@@ -14,7 +14,8 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
+from collections import deque
+from typing import Callable, Deque, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
 from framework.marathon import app_model, deployments, groups
 from framework.marathon.events import EventBus
@@ -27,6 +28,7 @@ from framework.timestamps import format_timestamp, parse_timestamp
 log = logging.getLogger(__name__)
 
 APP, PLAN, GROUP = "app", "deployment", "group"
+CHANGE_LOG = 4096
 
 
 @dataclass
@@ -65,8 +67,10 @@ class Registry:
         self.held: Set[str] = set()                 # apps waiting for an earlier step
         self.health = None     # the tasks' health (framework.marathon.health_monitor), once made
         self.readiness = None  # readiness checks of deployments (framework.marathon.readiness)
-        # Bumped by every change an answer may show (the listing cache's key).
+        # Bumped by every change an answer may show (the listing cache's key),
+        # with what changed in a short log (framework.marathon.app_view).
         self.generation = 0
+        self._log: Deque[Tuple[int, Optional[FrozenSet[str]]]] = deque(maxlen=CHANGE_LOG)
         self._last_version = ""
         self._wake: Callable[[], None] = lambda: None
         log.info("apps: %d, groups: %d, deployments: %d", len(self.apps), len(self.groups),
@@ -88,8 +92,27 @@ class Registry:
         self._last_version = text
         return text
 
-    def touched(self) -> None:
+    def touched(self, app_ids: Optional[Iterable[str]] = None) -> None:
+        """Something an answer may show changed: the status of these apps
+        (their tasks, deployments, last failure), or, with None, anything."""
         self.generation += 1
+        self._log.append((self.generation, None if app_ids is None else frozenset(app_ids)))
+
+    def changed_since(self, generation: int) -> Optional[Set[str]]:
+        """The apps whose status changed after `generation`; None when more
+        than that changed (definitions, groups) or the log does not reach back."""
+        if generation == self.generation:
+            return set()
+        if not self._log or self._log[0][0] > generation + 1:
+            return None
+        out: Set[str] = set()
+        for when, apps in reversed(self._log):
+            if when <= generation:
+                break
+            if apps is None:
+                return None
+            out |= apps
+        return out
 
     # -- reads (callers hold the lock) ---------------------------------------------------
     def tree(self) -> groups.Tree:
@@ -295,8 +318,9 @@ class Registry:
         with self.store.transaction():
             self.store.delete(PLAN, plan_id)
         self.progress.pop(plan_id, None)
-        self.touched()
-        return self.plans.pop(plan_id)
+        plan = self.plans.pop(plan_id)
+        self.touched(deployments.affected_apps(plan))
+        return plan
 
     def request_kill(self, task_id: str) -> None:
         self.kill_requested.setdefault(task_id, 0.0)

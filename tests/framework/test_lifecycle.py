@@ -40,7 +40,11 @@ def node(docker_engine):
 @pytest.fixture(scope="module")
 def cluster(mesos_prefix, node):
     resources, attributes = node.flags()
-    env = {"MESOS_RECOVERY_TIMEOUT": f"{RECOVERY_TIMEOUT}secs"}
+    # The agent waits --executor_reregistration_timeout (2 s by default) for executors after
+    # a restart; on this shared 2-core machine, with test files running in parallel, the
+    # agent's own start can eat that. Busy nodes raise it the same way (README).
+    env = {"MESOS_RECOVERY_TIMEOUT": f"{RECOVERY_TIMEOUT}secs",
+           "MESOS_EXECUTOR_REREGISTRATION_TIMEOUT": "10secs"}
     with Master() as master, Agent(master, resources, attributes, hostname=HOSTNAME,
                                    env=env) as agent:
         yield master, agent

@@ -27,7 +27,9 @@ def _one_line_error(r: subprocess.CompletedProcess, *names: str, after_log: bool
 
 @pytest.fixture
 def k80_env():
-    return fake_nvml.layout("k80").env()
+    lay = fake_nvml.layout("k80")           # NVML reports the bed's driver files' version:
+    lay.name, lay.driver = "k80-bed-driver", driver_files.DRIVER_VERSION   # a volume of another is refused
+    return lay.env()
 
 
 @pytest.mark.parametrize("extra, names", [

@@ -267,3 +267,22 @@ def test_a_container_the_mesos_agent_no_longer_runs_is_released(daemon_factory, 
         assert f"the Mesos agent at {cluster.address} no longer runs executor ex-1" in agent.log()
         assert not alive(orphan.said["child"])
         orphan.end()
+
+
+def test_an_exited_docker_container_gives_its_gpu_back_and_stays_for_its_owner(
+        daemon_factory, docker_engine, busybox_image):
+    agent = daemon_factory("k80", extra=FAST + ["--docker_socket", docker_engine.host])
+    grant = agent.client.prepare("dk-done", 1, container_type=DOCKER)
+    container = docker_engine.client().containers.create(
+        busybox_image(), ["true"], labels=labels("dk-done"), network_mode="none",
+        **docker_options(grant))
+    try:
+        agent.client.isolate("dk-done", docker_id=container.id)
+        container.start()
+        assert container.wait(timeout=30)["StatusCode"] == 0
+        wait_until(lambda: agent.client.info()["containers"] == {}, what="released")
+        assert "its Docker container is exited and no cleanup came" in agent.log()
+        container.reload()                 # still there: its owner reads the exit code
+        assert container.status == "exited"
+    finally:
+        container.remove(force=True)

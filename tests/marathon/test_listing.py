@@ -43,3 +43,37 @@ def test_listing_text_equals_the_plain_json(tmp_path):
         assert context.view.answer(("k",), lambda: "changed?") == first      # kept ...
         registry.touched()
         assert context.view.answer(("k",), lambda: "rebuilt") == b"rebuilt"  # ... until a change
+
+
+def test_a_listing_kept_between_changes_is_what_a_fresh_one_would_be(tmp_path):
+    registry = Registry(StateStore(tmp_path / "state"), EventBus())
+    context = ApiContext.build(registry, DockerPolicy(), dict, SingleInstance(lambda: "x"), Metrics())
+    for i in range(50):
+        app = read_app({"id": f"/g{i % 5}/a{i}", "cmd": "sleep 1", "instances": 1}, Violations(),
+                       DockerPolicy())
+        context.apps.create(app, force=True)
+    view = context.view
+    with registry.lock:
+        registry.plans.clear()
+        registry.touched()
+
+        def listed(embeds=frozenset()):
+            return view.answer_list(("k", tuple(embeds)), lambda: list(registry.apps.values()),
+                                    set(embeds), False)
+
+        def fresh(embeds=frozenset()):
+            return view.list_text(list(registry.apps.values()), set(embeds), False)
+
+        first = listed()
+        assert listed() is first                                   # nothing changed: kept
+        registry.tasks["t"] = TaskRecord(spec=TaskSpec(id="t", app_id="/g3/a8", cmd="x"),
+                                         state="TASK_RUNNING", agent_id="a", app_version="v")
+        registry.touched(["/g3/a8"])                               # one app's task moved
+        second = listed()
+        assert second != first and json.loads(second) == json.loads(fresh())
+        assert json.loads(listed({"tasks"})) == json.loads(fresh({"tasks"}))
+        registry.touched([])                                       # a change no listing shows
+        assert listed() is second
+        del registry.tasks["t"]
+        registry.touched(None)                                     # anything: built again
+        assert json.loads(listed()) == json.loads(fresh()) == json.loads(first)

@@ -16,6 +16,13 @@ def driver_root() -> Path:
     return driver_files.build()
 
 
+@pytest.fixture(scope="session")
+def two_version_root(tmp_path_factory) -> Path:
+    """A host with two real 535 releases: the old release's files beside the
+    running one's (read-only for the tests: hard links of the bed's files)."""
+    return driver_files.two_version_host(tmp_path_factory.mktemp("two-versions") / "root")
+
+
 @pytest.fixture
 def tmpfs(tmp_path) -> Iterator[Callable[..., Path]]:
     """mount(name, options) -> a fresh tmpfs mounted at tmp_path/name; all

@@ -14,49 +14,57 @@ from typing import Iterator
 
 import pytest
 
-from localcluster.driver_files import DRIVER_VERSION
+from localcluster.driver_files import DRIVER_VERSION, OLD_DRIVER_VERSION
 from tests.bed import REPO
 from volumes import builder, ldcache, mounts, rootpath
 from common.errors import UserError
 
 V = DRIVER_VERSION
+OLD = OLD_DRIVER_VERSION
 NV = "usr/lib/x86_64-linux-gnu/nvidia/current"
 NV32 = "usr/lib/i386-linux-gnu/nvidia/current"
 GLVND = "usr/lib/x86_64-linux-gnu"
 
 # Every file of the 535 tree that belongs in the volume: where it lands, which
-# file of the tree it is, and the links to it. Written out by hand from the
-# Mesos 1.11 and nvidia-docker v1 lists, not computed by the code under test.
+# file of the tree it is, and the links to it. Written out by hand from NVIDIA's
+# current list (libnvidia-container, the container toolkit), not computed by the
+# code under test. The vendor-neutral GLVND libraries of the tree stay out.
 EXPECTED_FILES = {
     "bin/nvidia-smi": "usr/lib/nvidia/current/nvidia-smi",
     "bin/nvidia-cuda-mps-control": "usr/bin/nvidia-cuda-mps-control",
     "bin/nvidia-cuda-mps-server": "usr/sbin/nvidia-cuda-mps-server",
     **{f"lib64/{n}.so.{V}": f"{NV}/{n}.so.{V}" for n in (
-        "libnvidia-ml", "libnvidia-cfg", "libcuda", "libnvidia-ptxjitcompiler",
-        "libnvidia-encode", "libvdpau_nvidia", "libnvidia-fbc", "libGLX_nvidia",
-        "libEGL_nvidia", "libGLESv1_CM_nvidia", "libGLESv2_nvidia")},
+        "libnvidia-ml", "libnvidia-cfg", "libcuda", "libcudadebugger", "libnvidia-ptxjitcompiler",
+        "libnvidia-nvvm", "libnvidia-allocator", "libnvidia-encode", "libnvidia-opticalflow",
+        "libvdpau_nvidia", "libnvidia-fbc", "libGLX_nvidia", "libEGL_nvidia",
+        "libGLESv1_CM_nvidia", "libGLESv2_nvidia")},
     f"lib64/libnvidia-glcore.so.{V}": f"{GLVND}/libnvidia-glcore.so.{V}",
     f"lib64/libnvidia-tls.so.{V}": f"{GLVND}/libnvidia-tls.so.{V}",
-    **{f"lib64/{n}": f"{GLVND}/{n}" for n in (
-        "libGL.so.1.7.0", "libEGL.so.1.1.0", "libGLESv2.so.2.1.0", "libGLX.so.0.0.0",
-        "libOpenGL.so.0.0.0", "libGLdispatch.so.0.0.0")},
     **{f"lib/{n}.so.{V}": f"{NV32}/{n}.so.{V}" for n in ("libnvidia-ml", "libcuda", "libGLX_nvidia")},
+    **{f"firmware/nvidia/{V}/{n}": f"lib/firmware/nvidia/{V}/{n}"
+       for n in ("gsp_ga10x.bin", "gsp_tu10x.bin")},
 }
 EXPECTED_LINKS = {
     **{f"lib64/{n}.{s}": f"{n}.{V}" for n, s in (
         ("libnvidia-ml.so", "1"), ("libnvidia-cfg.so", "1"), ("libcuda.so", "1"),
-        ("libnvidia-ptxjitcompiler.so", "1"), ("libnvidia-encode.so", "1"),
+        ("libcudadebugger.so", "1"), ("libnvidia-ptxjitcompiler.so", "1"),
+        ("libnvidia-nvvm.so", "4"), ("libnvidia-allocator.so", "1"),
+        ("libnvidia-encode.so", "1"), ("libnvidia-opticalflow.so", "1"),
         ("libvdpau_nvidia.so", "1"), ("libnvidia-fbc.so", "1"), ("libGLX_nvidia.so", "0"),
         ("libEGL_nvidia.so", "0"), ("libGLESv1_CM_nvidia.so", "1"), ("libGLESv2_nvidia.so", "2"))},
-    "lib64/libcuda.so": f"libcuda.so.{V}",
+    # development links: the cache's names (as Mesos's volume) and nvidia-docker's
+    **{f"lib64/{n}.so": f"{n}.so.{V}" for n in (
+        "libcuda", "libnvidia-ml", "libnvidia-encode", "libnvidia-fbc", "libnvidia-opticalflow")},
     "lib64/libGLX_indirect.so.0": f"libGLX_nvidia.so.{V}",
-    "lib64/libGL.so.1": "libGL.so.1.7.0", "lib64/libEGL.so.1": "libEGL.so.1.1.0",
-    "lib64/libGLESv2.so.2": "libGLESv2.so.2.1.0", "lib64/libGLX.so.0": "libGLX.so.0.0.0",
-    "lib64/libOpenGL.so.0": "libOpenGL.so.0.0.0", "lib64/libGLdispatch.so.0": "libGLdispatch.so.0.0.0",
-    "lib/libnvidia-ml.so.1": f"libnvidia-ml.so.{V}", "lib/libcuda.so.1": f"libcuda.so.{V}",
-    "lib/libcuda.so": f"libcuda.so.{V}", "lib/libGLX_nvidia.so.0": f"libGLX_nvidia.so.{V}",
+    "lib/libnvidia-ml.so.1": f"libnvidia-ml.so.{V}", "lib/libnvidia-ml.so": f"libnvidia-ml.so.{V}",
+    "lib/libcuda.so.1": f"libcuda.so.{V}", "lib/libcuda.so": f"libcuda.so.{V}",
+    "lib/libGLX_nvidia.so.0": f"libGLX_nvidia.so.{V}",
     "lib/libGLX_indirect.so.0": f"libGLX_nvidia.so.{V}",
 }
+DIRS = ("bin", "lib", "lib64", "firmware", "firmware/nvidia", f"firmware/nvidia/{V}")
+LEFT_OUT = ("libGL.so.1.7.0", "libEGL.so.1.1.0", "libGLESv2.so.2.1.0", "libGLX.so.0.0.0",
+            "libOpenGL.so.0.0.0", "libGLdispatch.so.0.0.0", f"libnvidia-vulkan-producer.so.{V}",
+            "nvidia-powerd")
 
 
 def tree(path: Path):
@@ -86,7 +94,7 @@ def assert_whole(vol: Path, driver_root: Path, hard_links: bool) -> None:
     """The volume holds exactly the expected files and links, each file the
     right one of the driver tree, 64-bit in lib64/, 32-bit in lib/."""
     got = tree(vol)
-    expected = set(EXPECTED_FILES) | set(EXPECTED_LINKS) | {"bin", "lib", "lib64", builder.MANIFEST}
+    expected = set(EXPECTED_FILES) | set(EXPECTED_LINKS) | set(DIRS) | {builder.MANIFEST}
     assert set(got) == expected, (sorted(set(got) - expected), sorted(expected - set(got)))
     for rel, src in EXPECTED_FILES.items():
         assert got[rel][0] == "file", rel
@@ -95,15 +103,15 @@ def assert_whole(vol: Path, driver_root: Path, hard_links: bool) -> None:
         else:
             assert not os.path.samefile(vol / rel, driver_root / src), rel
             assert filecmp.cmp(vol / rel, driver_root / src, shallow=False), rel
-        if rel.startswith("lib"):
+        if rel.startswith(("lib/", "lib64/")):
             assert elf_class(vol / rel) == (64 if rel.startswith("lib64/") else 32), rel
     for rel, target in EXPECTED_LINKS.items():
         assert got[rel] == ("link", target), rel
         real = (vol / rel).resolve()
         assert real == (vol / rel).parent / target and real.is_file(), rel
         name = Path(rel).name
-        assert name in (soname(real), "libcuda.so", "libGLX_indirect.so.0"), rel
-    for d in ("bin", "lib", "lib64", "."):
+        assert name in (soname(real), soname(real).rsplit(".", 1)[0], "libGLX_indirect.so.0"), rel
+    for d in (*DIRS, "."):
         assert stat.S_IMODE((vol / d).stat().st_mode) == 0o555
 
 
@@ -119,8 +127,11 @@ def test_every_component_file_of_the_real_tree_lands_where_it_should(driver_root
         if p.is_file() and not p.is_symlink():
             rel = p.relative_to(driver_root).as_posix()
             assert (p.stat().st_ino in in_volume) == (rel in wanted), rel
-    for absent in (f"libnvidia-allocator.so.{V}", f"libnvidia-vulkan-producer.so.{V}", "nvidia-powerd"):
+    for absent in LEFT_OUT:
         assert not list(vol.path.rglob(absent))
+    assert vol.firmware == [{"path": f"firmware/nvidia/{V}/{n}",
+                             "container_path": f"/lib/firmware/nvidia/{V}/{n}"}
+                            for n in ("gsp_ga10x.bin", "gsp_tu10x.bin")]
 
 
 def test_volume_libraries_and_binaries_work(driver_root, tmp_path):
@@ -242,16 +253,15 @@ def test_tree_without_nvidia_libraries_is_refused(tmp_path):
     assert not (tmp_path / "volumes").exists()
 
 
-def test_gc_removes_old_versions_no_container_uses(driver_root, tmp_path):
+def test_gc_removes_old_versions_no_container_uses(two_version_root, tmp_path):
     root = tmp_path / "volumes"
-    for v in ("535.54.03", "535.104.05", V):       # an upgrade history
-        builder.build(v, driver_root, root)
+    for v in (OLD, V):                              # an upgrade history
+        builder.build(v, two_version_root, root)
     (root / ".nvidia_535.1.tmp-1-x").mkdir()        # left by a crash
-    removed = builder.gc(root, keep=[V], in_use=["535.104.05"])
-    assert removed == ["535.54.03"]
+    assert builder.gc(root, keep=[V], in_use=[OLD]) == []
     assert sorted(p.name for p in root.iterdir()) == \
-        [builder.LOCK, "nvidia_535.104.05", f"nvidia_{V}"]
-    assert builder.gc(root, keep=[V]) == ["535.104.05"]
+        [builder.LOCK, f"nvidia_{OLD}", f"nvidia_{V}"]
+    assert builder.gc(root, keep=[V]) == [OLD]
     assert [s.version for s in builder.list_volumes(root)] == [V]
     with pytest.raises(UserError, match="digits and dots"):
         builder.gc(root, keep=["../x"])
@@ -273,23 +283,28 @@ def test_noexec_volume_root_gets_a_tmpfs(driver_root, tmpfs):
     assert sum(1 for line in open("/proc/self/mountinfo") if f" {root} " in line) == 1
 
 
-def test_cli_build_ls_gc(driver_root, tmp_path, mesos_gpu_cli):
+def test_cli_build_ls_gc(two_version_root, tmp_path, mesos_gpu_cli):
     root = tmp_path / "volumes"
-    r = mesos_gpu_cli("volume", "build", "--root", str(driver_root), "--volume_root", str(root), "--json")
+    r = mesos_gpu_cli("volume", "build", "--root", str(two_version_root), "--volume_root", str(root),
+                      "--json")
     assert r.returncode == 0, r.stderr
     info = json.loads(r.stdout)
     assert info["name"] == f"nvidia_{V}" and info["files"] == len(EXPECTED_FILES)
     assert "driver version 535.261.03 taken from the files" in r.stderr
-    r = mesos_gpu_cli("volume", "build", "--root", str(driver_root), "--volume_root", str(root),
-                      "--driver_version", "535.54.03")
-    assert r.returncode == 0 and r.stdout.startswith(f"{root}/nvidia_535.54.03  (built, hardlink")
+    r = mesos_gpu_cli("volume", "build", "--root", str(two_version_root), "--volume_root", str(root),
+                      "--driver_version", OLD)
+    assert r.returncode == 0 and r.stdout.startswith(f"{root}/nvidia_{OLD}  (built, hardlink, 9 files")
     r = mesos_gpu_cli("volume", "ls", "--volume_root", str(root))
     assert r.stdout.splitlines() == [
-        f"nvidia_535.261.03  {root}/nvidia_535.261.03  (ok, hardlink, 25 files, 130 MiB)",
-        f"nvidia_535.54.03  {root}/nvidia_535.54.03  (ok, hardlink, 25 files, 130 MiB)"]
-    r = mesos_gpu_cli("volume", "gc", "--volume_root", str(root), "--root", str(driver_root))
-    assert r.returncode == 0 and r.stdout.strip() == "removed nvidia_535.54.03"
-    r = mesos_gpu_cli("volume", "build", "--root", str(driver_root), "--volume_root", str(root),
+        f"nvidia_{OLD}  {root}/nvidia_{OLD}  (ok, hardlink, 9 files, 138 MiB)",
+        f"nvidia_{V}  {root}/nvidia_{V}  (ok, hardlink, 25 files, 280 MiB)"]
+    r = mesos_gpu_cli("volume", "gc", "--volume_root", str(root), "--root", str(two_version_root),
+                      "--docker_socket", f"unix://{tmp_path}/no-docker.sock")
+    assert r.returncode == 2 and "nothing removed: Docker at unix://" in r.stderr
+    assert (root / f"nvidia_{OLD}").is_dir()
+    r = mesos_gpu_cli("volume", "gc", "--volume_root", str(root), "--root", str(two_version_root))
+    assert r.returncode == 0 and r.stdout.strip() == f"removed nvidia_{OLD}"
+    r = mesos_gpu_cli("volume", "build", "--root", str(two_version_root), "--volume_root", str(root),
                       "--driver_version", "1/2")
     assert r.returncode == 2
     assert r.stderr.strip().splitlines()[-1] == (
@@ -315,11 +330,11 @@ def mounted_in_another_namespace(path: Path, target: Path) -> Iterator[None]:
         holder.stdout.close()
 
 
-def test_gc_and_remove_keep_a_volume_mounted_in_another_namespace(driver_root, tmp_path):
+def test_gc_and_remove_keep_a_volume_mounted_in_another_namespace(two_version_root, tmp_path):
     """A container's bind mount (here: a process in its own mount namespace)
     protects its volume even when the caller forgot to list it as in use."""
     root = tmp_path / "volumes"
-    old = builder.build("535.54.03", driver_root, root)
+    old = builder.build(OLD, two_version_root, root)
     target = tmp_path / "target"
     with mounted_in_another_namespace(old.path, target):
         users = mounts.bind_mounted(old.path)
@@ -327,10 +342,10 @@ def test_gc_and_remove_keep_a_volume_mounted_in_another_namespace(driver_root, t
         assert mounts.bind_mounted(root) == users              # under root counts too
         assert builder.gc(root, keep=[V]) == []
         with pytest.raises(UserError, match="still mounted"):
-            builder.remove(root, "535.54.03")
+            builder.remove(root, OLD)
         assert builder.verify(old.path)
     assert mounts.bind_mounted(old.path) == []
-    assert builder.gc(root, keep=[V]) == ["535.54.03"]
+    assert builder.gc(root, keep=[V]) == [OLD]
 
 
 def test_replacing_a_mounted_volume_keeps_the_old_one_for_its_container(tree_copy, tmp_path):

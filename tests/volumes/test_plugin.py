@@ -100,6 +100,30 @@ def test_protocol_errors(served):
                                       {"Name": VOLUME, "Opts": {"size": "1"}})[1]["Err"]
 
 
+def test_a_refusal_waits_for_the_whole_request(served):
+    """The body arrives after the headers (http.client sends them in two
+    writes): the 406 must come after it is read, not before (the client's write
+    of the body then failed with EPIPE, the flaky failure of the test above)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(10)
+        s.connect(str(served.socket_path))
+        s.sendall(b"POST /Plugin.Activate HTTP/1.1\r\nHost: localhost\r\nAccept: text/html\r\n"
+                  b"Content-Type: application/json\r\nContent-Length: 2\r\n\r\n")
+        time.sleep(0.3)                     # the server has the headers, not the body
+        s.sendall(b"{}")                    # raised BrokenPipeError before the fix
+        answer = b""
+        while chunk := s.recv(4096):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.0 406 "), answer[:80]
+    for length, status in (("x", 400), (str(plugin.MAX_REQUEST + 1), 413)):
+        conn = _UnixConnection(str(served.socket_path))
+        conn.putrequest("POST", "/Plugin.Activate")
+        conn.putheader("Content-Length", length)
+        conn.endheaders()
+        assert conn.getresponse().status == status
+        conn.close()
+
+
 def run_task(client, image: str, cmd: str, plugin_name: str) -> str:
     """What a GPU task launch does: the image rules decide the volume and env."""
     info = image_rules.inspect_image(client, image)

@@ -6,22 +6,22 @@ A backend makes a container's device enforcement exist with its rules in force
 never branches on which backend it uses: the service, recovery and the
 reconciler call these methods for each backend a container has.
 
-Registered backends (see `register`):
-- "v1"     (cgroups_v1.py): the cgroup v1 devices controller's whitelist;
-- "v2"     (cgroups_v2.py): an eBPF device program attached to a cgroup2 directory;
-- "docker" (docker_devices.py): the device cgroup the Docker engine made for a
-  DOCKER container (the engine creates and removes it; we read back and repair).
+The backends, one module each in this package, register themselves by name:
+- "v1"     (cgroup_v1.py): the cgroup v1 devices controller's whitelist;
+- "v2"     (cgroup_v2.py): an eBPF device program attached to a cgroup2 directory;
+- "docker" (docker.py): the device cgroup the Docker engine made for a DOCKER
+  container (the engine creates and removes it; we read back and repair).
 
-A new backend is a new file with a class that implements this interface and
-calls `register` at import, plus its import in `load_all()`.
+A new backend is one new module here: a class implementing this interface and a
+`register(...)` call. `load_all()` imports every module of the package.
 """
 import importlib
+import pkgutil
 from typing import Callable, ClassVar, Dict, List, Optional, Sequence, Set
 
 from isolator.devices import Rule
 
 BACKENDS: Dict[str, "IsolationBackend"] = {}
-MODULES = ("isolator.cgroups_v1", "isolator.cgroups_v2", "isolator.docker_devices")
 
 
 class BackendGone(Exception):
@@ -64,8 +64,8 @@ def register(backend: IsolationBackend) -> IsolationBackend:
 
 
 def load_all() -> Dict[str, IsolationBackend]:
-    for module in MODULES:
-        importlib.import_module(module)
+    for module in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{module.name}")
     return BACKENDS
 
 
