@@ -55,9 +55,6 @@ class Volume:
     def read_only(self) -> bool:
         return self.mode == "RO"
 
-    def host_source(self, sandbox: str) -> str:
-        return posixpath.normpath(posixpath.join(sandbox, self.host_path))
-
     def target(self, sandbox_mount: str) -> str:
         return posixpath.normpath(posixpath.join(sandbox_mount, self.container_path))
 

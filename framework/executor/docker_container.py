@@ -130,7 +130,8 @@ class DockerContainer:
             argv += ["--volume", f"{self.sandbox}:{sandbox_files.MOUNT_POINT}",
                      "--workdir", sandbox_files.MOUNT_POINT]
         for volume in spec.volumes:
-            source = volume.host_source(self.sandbox)
+            source = volume.host_path if volume.host_path.startswith("/") else \
+                sandbox_files.directory_in(self.sandbox, volume.host_path, "volume hostPath")
             target = volume.target(sandbox_files.MOUNT_POINT)
             argv += ["--volume", f"{source}:{target}:{'ro' if volume.read_only else 'rw'}"]
         if spec.mem > 0:

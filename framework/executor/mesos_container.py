@@ -144,13 +144,11 @@ class MesosHostContainer:
         the sandbox (made when missing), an absolute one must exist on the host."""
         lines = []
         for volume in self.spec.volumes:
-            source = volume.host_source(self.sandbox)
+            source = _volume_source(volume, self.sandbox)
             target = volume.target(self.sandbox)
-            if not os.path.exists(source):
-                raise TaskFailure(f"volume {volume.host_path}: {source} does not exist on "
-                                  f"this agent")
             if not volume.container_path.startswith("/"):
-                os.makedirs(target, exist_ok=True)
+                target = sandbox_files.directory_in(self.sandbox, volume.container_path,
+                                                    "volume containerPath")
             elif not os.path.exists(target):
                 raise TaskFailure(f"volume {volume.container_path}: a task without an image "
                                   f"runs on the host's filesystem, where {target} does not "
@@ -347,10 +345,7 @@ class MesosImageContainer:
             {"destination": f"{target}/{sandbox_files.PRIVATE_DIR}", "type": "tmpfs",
              "source": "tmpfs", "options": ["ro", "nosuid", "nodev", "noexec", "size=4k"]}]
         for volume in self.spec.volumes:
-            source = volume.host_source(self.workdir)
-            if not os.path.exists(source):
-                raise TaskFailure(f"volume {volume.host_path}: {source} does not exist on "
-                                  f"this agent")
+            source = _volume_source(volume, self.workdir)
             mounts.append({"destination": volume.target(target), "type": "bind",
                            "source": source, "options": ["rbind", "ro" if volume.read_only
                                                          else "rw", "nosuid", "nodev"]})
@@ -452,3 +447,13 @@ class MesosImageContainer:
         if self.bundle is not None:
             shutil.rmtree(self.bundle, ignore_errors=True)
             self.bundle = None
+
+
+def _volume_source(volume, sandbox: str) -> str:
+    """What to bind-mount: a relative host path is a directory of the sandbox;
+    an absolute one must exist on this agent (as Mesos wants it)."""
+    if not volume.host_path.startswith("/"):
+        return sandbox_files.directory_in(sandbox, volume.host_path, "volume hostPath")
+    if not os.path.exists(volume.host_path):
+        raise TaskFailure(f"volume {volume.host_path}: it does not exist on this agent")
+    return volume.host_path

@@ -16,6 +16,8 @@ import pwd
 import grp
 from typing import IO, Optional, Tuple
 
+from framework.executor.launch_errors import TaskFailure
+
 log = logging.getLogger(__name__)
 
 MOUNT_POINT = "/mnt/mesos/sandbox"
@@ -51,6 +53,20 @@ def host_ids(user: str) -> Tuple[int, int]:
         except KeyError:
             raise LookupError(f"group {group!r} does not exist on this agent") from None
     return uid, gid
+
+
+def directory_in(sandbox: str, relative: str, what: str) -> str:
+    """The directory `relative` of the sandbox (a volume's relative host or
+    container path), made when missing as Docker makes a volume's source; its
+    real path, which must stay in the sandbox once symlinks are followed: a
+    fetched archive or an earlier run of the task could have put a link to /
+    there, which would otherwise be mounted, or mounted over."""
+    root = os.path.realpath(sandbox)
+    path = os.path.realpath(os.path.join(root, relative))
+    if os.path.commonpath([root, path]) != root:
+        raise TaskFailure(f"{what} {relative}: leaves the sandbox (through a symbolic link)")
+    os.makedirs(path, exist_ok=True)
+    return path
 
 
 def give_to(sandbox: str, uid: int, gid: int) -> None:

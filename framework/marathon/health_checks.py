@@ -112,3 +112,16 @@ def mesos_check(checks: List[dict]) -> Optional[HealthCheck]:
 def framework_checks(app: dict) -> List[dict]:
     """The app's Marathon-level checks, run by the framework."""
     return [c for c in app.get("healthChecks") or () if c["protocol"] in FRAMEWORK_PROTOCOLS]
+
+
+def publish_changes(events: Any, app_id: str, old: Optional[dict], new: Optional[dict]) -> None:
+    """`add_health_check_event` / `remove_health_check_event` for the checks an
+    app change adds or removes (Marathon's events)."""
+    before = (old or {}).get("healthChecks") or []
+    after = (new or {}).get("healthChecks") or []
+    for check in after:
+        if check not in before:
+            events.publish("add_health_check_event", appId=app_id, healthCheck=check)
+    for check in before:
+        if check not in after:
+            events.publish("remove_health_check_event", appId=app_id, healthCheck=check)

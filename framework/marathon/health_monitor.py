@@ -26,13 +26,12 @@ A task counts as healthy once every check of its app version has a result and
 all are alive (`tasksHealthy`); unhealthy when any result is not alive.
 """
 import logging
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from typing import Dict, List, Optional, Set, Tuple
 
 from framework import probes
+from framework.marathon.check_runner import TICK_SECONDS, CheckRunner
 from framework.marathon.health_checks import FRAMEWORK_PROTOCOLS, MESOS_PROTOCOLS
 from framework.marathon.registry import Registry
 from framework.task_record import RUNNING, TaskRecord
@@ -41,7 +40,6 @@ from framework.timestamps import format_timestamp
 log = logging.getLogger(__name__)
 
 HEALTH = "health"              # the store's kind for framework-level results, by task id
-TICK_SECONDS = 0.25
 FIRST_CHECK_AFTER = 10.0       # Marathon: the first check within min(interval, 10 s)
 WORKERS = 8
 
@@ -84,8 +82,9 @@ class Health:
                    h.get("lastFailureCause"), int(h.get("consecutiveFailures", 0)))
 
 
-class HealthMonitor:
+class HealthMonitor(CheckRunner):
     def __init__(self, registry: Registry, clock=time.time) -> None:
+        super().__init__("health", WORKERS)
         self.registry = registry
         self.clock = clock
         registry.health = self
@@ -98,22 +97,6 @@ class HealthMonitor:
         self._due: Dict[Tuple[str, int], float] = {}
         self._in_flight: Set[Tuple[str, int]] = set()
         self._checks_of_version: Dict[Tuple[str, str], List[dict]] = {}
-        self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
-        self._pool: Optional[ThreadPoolExecutor] = None
-
-    # -- lifecycle ----------------------------------------------------------------------
-    def start(self) -> None:
-        self._pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="health-check")
-        self._thread = threading.Thread(target=self._run, name="marathon-health", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
 
     # -- what the API shows (callers hold the registry's lock) ---------------------------
     def checks_of(self, task: TaskRecord) -> List[dict]:
@@ -190,14 +173,7 @@ class HealthMonitor:
             del self._due[key]
 
     # -- the framework's own checks ---------------------------------------------------------
-    def _run(self) -> None:
-        while not self._stop.wait(TICK_SECONDS):
-            try:
-                self._schedule()
-            except Exception:
-                log.exception("health check pass failed")
-
-    def _schedule(self) -> None:
+    def due_jobs(self) -> List[Tuple]:
         now = self.clock()
         jobs = []
         with self.registry.lock:
@@ -219,11 +195,10 @@ class HealthMonitor:
                     if due <= now and key not in self._in_flight:
                         self._in_flight.add(key)
                         self._due[key] = now + max(check["intervalSeconds"], TICK_SECONDS)
-                        jobs.append((task.copy(), i, check))
+                        jobs.append((self._check, (task.copy(), i, check)))
             for key in set(self._due) - live:
                 del self._due[key]
-        for task, i, check in jobs:
-            self._pool.submit(self._check, task, i, check)
+        return jobs
 
     def _check(self, task: TaskRecord, index: int, check: dict) -> None:
         try:

@@ -12,19 +12,17 @@ it) only once it is ready. The results show in the deployment's
 was, and its result goes with it.
 """
 import logging
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from typing import Dict, List, Optional, Set
+from typing import Dict, List, Optional, Set, Tuple
 
 from framework import probes
+from framework.marathon.check_runner import TICK_SECONDS, CheckRunner
 from framework.marathon.health_monitor import host_port
 from framework.marathon.registry import Registry
 from framework.task_record import RUNNING, TaskRecord
 
 log = logging.getLogger(__name__)
 
-TICK_SECONDS = 0.25
 WORKERS = 4
 
 
@@ -36,29 +34,15 @@ def port_named(app: dict, task: TaskRecord, name: str) -> Optional[int]:
     return None if index is None else host_port(task, index)
 
 
-class ReadinessMonitor:
+class ReadinessMonitor(CheckRunner):
     def __init__(self, registry: Registry, clock=time.time) -> None:
+        super().__init__("readiness", WORKERS)
         self.registry = registry
         self.clock = clock
         registry.readiness = self
         self._results: Dict[str, dict] = {}          # task id -> TaskReadinessCheckResult
         self._due: Dict[str, float] = {}
         self._in_flight: Set[str] = set()
-        self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
-        self._pool: Optional[ThreadPoolExecutor] = None
-
-    def start(self) -> None:
-        self._pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="readiness-check")
-        self._thread = threading.Thread(target=self._run, name="marathon-readiness", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
 
     # -- what the reconciler and the API ask (registry lock held) ----------------------
     def ready(self, app: dict, task: TaskRecord) -> bool:
@@ -76,18 +60,11 @@ class ReadinessMonitor:
         self._due.pop(task_id, None)
 
     # -- the checks -----------------------------------------------------------------------
-    def _run(self) -> None:
-        while not self._stop.wait(TICK_SECONDS):
-            try:
-                self._schedule()
-            except Exception:
-                log.exception("readiness check pass failed")
-
     def _deploying(self) -> Set[str]:
         return {app_id for plan in self.registry.plans.values()
                 for app_id, target in plan["target"].items() if target is not None}
 
-    def _schedule(self) -> None:
+    def due_jobs(self) -> List[Tuple]:
         now = self.clock()
         jobs = []
         r = self.registry
@@ -111,9 +88,8 @@ class ReadinessMonitor:
                     continue
                 self._due[task.id] = now + max(check["intervalSeconds"], TICK_SECONDS)
                 self._in_flight.add(task.id)
-                jobs.append((task.copy(), app, check))
-        for task, app, check in jobs:
-            self._pool.submit(self._check, task, app, check)
+                jobs.append((self._check, (task.copy(), app, check)))
+        return jobs
 
     def _check(self, task: TaskRecord, app: dict, check: dict) -> None:
         try:

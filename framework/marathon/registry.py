@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from collections import deque
 from typing import Callable, Deque, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
-from framework.marathon import app_model, deployments, groups
+from framework.marathon import app_model, deployments, groups, health_checks
 from framework.marathon.events import EventBus
 from framework.marathon.validation import Violations, app_locked, app_not_found
 from framework.marathon.versions import MAX_VERSIONS, VersionHistory
@@ -275,6 +275,8 @@ class Registry:
         for app in posted:
             self.events.publish("api_post_event", clientIp="", uri=f"/v2/apps{app['id']}",
                                 appDefinition=app)
+        for app_id, app in apps.items():
+            health_checks.publish_changes(self.events, app_id, original.get(app_id), app)
         shown = deployments.to_json(plan)
         self.events.publish("deployment_info", plan=shown,
                             currentStep=(shown["steps"] or [{"actions": []}])[0])

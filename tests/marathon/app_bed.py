@@ -14,6 +14,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, List, Optional
 
+import pytest
+
 from framework.marathon.service import FrameworkService
 from localcluster import fake_nvml
 from localcluster.gpu_node import GpuNode, layout_for_driver_files
@@ -35,6 +37,21 @@ def bed(docker_engine, state_dir: Path, *extra: str, cpus: float = 4,
                 yield running.start()
             finally:
                 running.stop()
+
+
+def bed_fixture(**resources):
+    """A module's bed, as a pytest fixture (`bed = app_bed.bed_fixture()`)."""
+    @pytest.fixture(scope="module")
+    def bed_(docker_engine, mesos_prefix, tmp_path_factory):
+        with bed(docker_engine, tmp_path_factory.mktemp("framework"), **resources) as running:
+            yield running
+    return bed_
+
+
+@pytest.fixture(scope="module")
+def image(busybox_image) -> str:
+    """The bed's busybox image (import it into a test module to use it)."""
+    return busybox_image()
 
 
 class Bed:

@@ -21,15 +21,8 @@ SERVE_THEN_FAIL = ("mkdir -p www; echo ok > www/health; (sleep {after}; rm www/h
                    "exec httpd -f -h www -p {port}")
 
 
-@pytest.fixture(scope="module")
-def bed(docker_engine, mesos_prefix, tmp_path_factory):
-    with app_bed.bed(docker_engine, tmp_path_factory.mktemp("framework")) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def image(busybox_image):
-    return busybox_image()
+bed = app_bed.bed_fixture()
+image = app_bed.image
 
 
 @pytest.fixture(scope="module")
@@ -236,6 +229,67 @@ def test_allowed_docker_options_reach_the_container(bed, image, tmp_path):
         assert f"{data}:/data:ro" in host["Binds"], host["Binds"]
     finally:
         bed.delete("/docker/options")
+
+
+def test_volumes_and_the_user_in_runc_and_host_tasks(bed, image, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir(mode=0o755)
+    (data / "secret").write_text("from-the-host\n")
+    (data / "secret").chmod(0o644)
+    volumes = [{"containerPath": "/data", "hostPath": str(data), "mode": "RO"},
+               {"containerPath": "cache", "hostPath": "cache", "mode": "RW"}]
+    bed.create({"id": "/volumes/runc", "cpus": 0.1, "mem": 32, "user": "nobody",
+                "cmd": "id -u > uid; cat /data/secret > data; echo x > cache/written; "
+                       "touch /data/x 2> ro || true; exec sleep 600",
+                "container": {"type": "MESOS", "docker": {"image": image}, "volumes": volumes}})
+    bed.create({"id": "/volumes/host", "cpus": 0.1, "mem": 32, "user": "nobody",
+                "cmd": "id -u > uid; cat vol/secret > data; exec sleep 600",
+                "container": {"type": "MESOS", "volumes": [
+                    {"containerPath": "vol", "hostPath": str(data), "mode": "RO"}]}})
+    try:
+        for app_id in ("/volumes/runc", "/volumes/host"):
+            task = bed.running(app_id)[0]
+            sandbox = bed.sandbox(task["id"])
+            assert _read_when_there(sandbox / "uid").strip() == "65534", app_id
+            assert _read_when_there(sandbox / "data") == "from-the-host\n", app_id
+        runc = bed.sandbox(bed.tasks("/volumes/runc")[0]["id"])
+        assert (runc / "cache" / "written").read_text() == "x\n"
+        assert "Read-only" in _read_when_there(runc / "ro")
+        assert os.stat(runc / "uid").st_uid == 65534          # the sandbox was given to the user
+    finally:
+        bed.delete("/volumes/runc")
+        bed.delete("/volumes/host")
+
+
+def test_a_volume_in_the_sandbox_may_not_lead_out_of_it(bed, image, tmp_path):
+    """A fetched archive plants a symbolic link to a host directory; a relative
+    volume through it (which needs no operator's permission) fails the task
+    naming it instead of mounting the host directory (Docker and runc)."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    payload = io.BytesIO()
+    with tarfile.open(fileobj=payload, mode="w:gz") as archive:
+        link = tarfile.TarInfo("link")
+        link.type, link.linkname = tarfile.SYMTYPE, str(outside)
+        archive.addfile(link)
+    (tmp_path / "link.tgz").write_bytes(payload.getvalue())
+    server = app_bed.FileServer(tmp_path)
+    apps = {"/volumes/escape-docker": "DOCKER", "/volumes/escape-runc": "MESOS"}
+    try:
+        for app_id, kind in apps.items():
+            bed.create({"id": app_id, "cpus": 0.1, "mem": 32, "cmd": "echo x > /x/planted",
+                        "fetch": [{"uri": f"{server.url}/link.tgz"}],
+                        "container": {"type": kind, "docker": {"image": image}, "volumes": [
+                            {"containerPath": "/x", "hostPath": "link", "mode": "RW"}]}})
+        for app_id in apps:
+            failure = wait_for(lambda: bed.app(app_id).get("lastTaskFailure"), timeout=60)
+            assert failure["state"] == "TASK_FAILED", failure
+            assert "volume hostPath link: leaves the sandbox" in failure["message"], failure
+        assert list(outside.iterdir()) == []
+    finally:
+        server.close()
+        for app_id in apps:
+            bed.delete(app_id)
 
 
 def _get(url: str) -> str:

@@ -179,3 +179,27 @@ def test_options_the_operator_allowed_travel_in_the_task():
 def test_gpu_scheduling_behavior_undefined_is_accepted_as_marathon_1_10():
     assert ok(labels={"GPU_SCHEDULING_BEHAVIOR": "undefined"})["labels"] == \
         {"GPU_SCHEDULING_BEHAVIOR": "undefined"}
+
+
+def test_adding_and_removing_health_checks_are_events(tmp_path):
+    import json as json_module
+    from framework.marathon.app_service import AppService
+    from framework.marathon.events import EventBus
+    from framework.marathon.registry import Registry
+    from framework.state_store import StateStore
+    events = EventBus()
+    subscription = events.subscribe(["add_health_check_event", "remove_health_check_event"])
+    store = StateStore(tmp_path)
+    try:
+        service = AppService(Registry(store, events))
+        app, _ = service.create(ok(instances=0, healthChecks=[{"protocol": "TCP"}]), force=False)
+        service.update("/a", dict(ok(instances=0, healthChecks=[{"protocol": "HTTP"}])), force=True)
+        seen = []
+        while (frame := subscription.next(0.1)) is not None:
+            event = json_module.loads(frame.split(b"data: ", 1)[1])
+            seen.append((event["eventType"], event["appId"], event["healthCheck"]["protocol"]))
+        assert seen == [("add_health_check_event", "/a", "TCP"),
+                        ("add_health_check_event", "/a", "HTTP"),
+                        ("remove_health_check_event", "/a", "TCP")]
+    finally:
+        store.close()

@@ -6,8 +6,6 @@ import os
 import signal
 import time
 
-import pytest
-
 from tests.marathon import app_bed
 from tests.marathon.conftest import wait_for
 
@@ -18,15 +16,8 @@ FAST = {"gracePeriodSeconds": 0, "intervalSeconds": 1, "timeoutSeconds": 1,
         "maxConsecutiveFailures": 2, "delaySeconds": 0}
 
 
-@pytest.fixture(scope="module")
-def bed(docker_engine, mesos_prefix, tmp_path_factory):
-    with app_bed.bed(docker_engine, tmp_path_factory.mktemp("framework")) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def image(busybox_image):
-    return busybox_image()
+bed = app_bed.bed_fixture()
+image = app_bed.image
 
 
 def docker(image, **fields):

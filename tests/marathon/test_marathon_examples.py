@@ -32,11 +32,7 @@ REFUSED = {"native-docker-privileged-job": ("/container/docker/parameters(1)", "
 SECOND = {"application-basics-basic-3-2", "examples-Tomcat", "native-docker-bridged-webapp"}
 
 
-@pytest.fixture(scope="module")
-def bed(docker_engine, mesos_prefix, tmp_path_factory):
-    with app_bed.bed(docker_engine, tmp_path_factory.mktemp("framework"), cpus=16,
-                     mem=16384) as running:
-        yield running
+bed = app_bed.bed_fixture(cpus=16, mem=16384)
 
 
 def test_the_vendored_examples_are_all_classified():

@@ -110,7 +110,9 @@ def extract(path: str, directory: str) -> bool:
     try:
         if path.endswith(ARCHIVES[:-1]):
             with tarfile.open(path) as archive:
-                archive.extractall(directory, filter="data")
+                # as Mesos's `tar -C <dir> -xf`: members stay in the directory, but
+                # symbolic links are kept as they are (absolute ones too)
+                archive.extractall(directory, filter="tar")
         elif path.endswith(".zip"):
             with zipfile.ZipFile(path) as archive:
                 for member in archive.infolist():
