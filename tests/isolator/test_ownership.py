@@ -185,6 +185,7 @@ def test_drifted_device_rules_are_restored(daemon_factory, probers, dev_dir, cgr
     c.isolate("drift", pid=p.pid)
     assert open_gpus(p, dev_dir) == only(mine)
     path = Path(VERSION_MOUNTS[device_cgroup], cgroups_root, "drift")
+    agent.proc.send_signal(signal.SIGSTOP)            # no repair while we look at the drift
     if device_cgroup == "v1":                         # what a systemd daemon-reload may do
         (path / "devices.allow").write_text("a")
     else:                                             # the device program detached
@@ -196,6 +197,7 @@ def test_drifted_device_rules_are_restored(daemon_factory, probers, dev_dir, cgr
         finally:
             os.close(fd)
     assert open_gpus(p, dev_dir) == only(range(8))    # every GPU opens: the drift is real
+    agent.proc.send_signal(signal.SIGCONT)
     wait_until(lambda: open_gpus(p, dev_dir) == only(mine), what="rules restored")
     assert f"device rules drifted from the ledger in {device_cgroup}: restored" in agent.log()
     assert f'mesos_gpu_device_rule_repairs_total{{where="{device_cgroup}"}} 1' in \
@@ -222,8 +224,10 @@ def test_drift_in_a_docker_containers_devices_is_restored(daemon_factory, docker
             container.id)["State"]["Pid"]
         from isolator.docker_devices import v1_cgroup_of
         cgroup = Path(v1_cgroup_of(VERSION_MOUNTS["v1"], pid))
+        agent.proc.send_signal(signal.SIGSTOP)          # no repair while we look at the drift
         (cgroup / "devices.deny").write_text(f"c 195:{mine} rwm")
         assert "Operation not permitted" in opens()             # the drift is real
+        agent.proc.send_signal(signal.SIGCONT)
         wait_until(lambda: "No such device or address" in opens(), what="restored")
         assert 'mesos_gpu_device_rule_repairs_total{where="docker"} 1' in \
             agent.client.metrics()
