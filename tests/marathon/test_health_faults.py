@@ -52,9 +52,12 @@ def test_a_deployment_stops_the_old_task_only_once_the_new_one_is_healthy_and_re
                    for r in results):
                 assert old["id"] in tasks, "the old task went before the new one was ready"
                 seen["unready"] = results
+                seen["embedded"] = bed.app("/deploy/ready")["readinessCheckResults"]
             return plans == [] and old["id"] not in tasks and tasks
         tasks = wait_for(waiting_for_readiness, timeout=90, interval=0.3)
         assert seen["unready"], "no readiness result of the new task while it was not ready"
+        # ... and in the app's own view (?embed=app.readiness)
+        assert {r["taskId"] for r in seen["unready"]} <= {r["taskId"] for r in seen["embedded"]}
         [new] = tasks.values()
         assert new["healthCheckResults"][0]["alive"]
     finally:
