@@ -33,7 +33,8 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 PKGS="docker.io busybox-static libsvn1 libapr1 libcurl4 libsasl2-2 zlib1g libssl3 libssl-dev \
-      g++ gcc curl python3-venv bc iproute2 debootstrap docker-registry apache2-utils openssl podman systemd"
+      g++ gcc curl python3-venv bc iproute2 debootstrap docker-registry apache2-utils openssl podman systemd \
+      zookeeper"
 missing=$(for p in $PKGS; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || echo "$p"; done)
 if [ -n "$missing" ]; then
   step "apt packages: $(echo $missing)"
@@ -45,6 +46,8 @@ if [ -n "$missing" ]; then
   if echo "$missing" | grep -qw docker-registry && [ -d /run/systemd/system ]; then
     systemctl disable --now docker-registry.service >/dev/null 2>&1 || true
   fi
+  # Debian's `zookeeper` is jars and scripts only (its service is `zookeeperd`):
+  # the tests start their own server on 127.0.0.1 (localcluster/zookeeper.py).
 fi
 
 if [ ! -x .venv/bin/python ]; then

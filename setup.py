@@ -44,6 +44,8 @@ setup(
             # The example workload's model and its PTX check against NVIDIA's ptxas.
             "numpy>=1.24",
             "nvidia-cuda-nvcc-cu12>=12.0",
+            # The Prometheus project's own parser reads every /metrics endpoint.
+            "prometheus_client>=0.17",
         ],
     },
     entry_points={"console_scripts": ["mesos-gpu = mesos_gpu.main:main"]},

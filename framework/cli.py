@@ -1,7 +1,9 @@
 """Subcommands of the framework side: `framework` (the Marathon-style API),
-`executor` and `image` (image variants)."""
+`migrate-state` (its SQLite state into ZooKeeper), `executor` and `image`
+(image variants)."""
 from framework import image_cli
 from framework.marathon import service as marathon_service
+from framework.marathon import state_transfer
 
 
 def register(sub) -> None:
@@ -10,6 +12,12 @@ def register(sub) -> None:
                        description=marathon_service.__doc__)
     marathon_service.add_arguments(p)
     p.set_defaults(func=marathon_service.run)
+
+    p = sub.add_parser("migrate-state", help="move a framework's SQLite state into ZooKeeper "
+                                             "(for --zk)",
+                       description=state_transfer.__doc__)
+    state_transfer.add_arguments(p)
+    p.set_defaults(func=state_transfer.run)
 
     p = sub.add_parser("executor", help="the executor the Mesos agent starts for each GPU task "
                                         "(not run by hand)",

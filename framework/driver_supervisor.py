@@ -10,6 +10,10 @@ up to 60 s; a subscription resets the delay.
 
 Every call to Mesos goes through `call`: a failure is logged, not raised
 (reconciliation and the scheduler's maintenance heal what it leaves undone).
+
+`may_act` says whether this framework instance may talk to Mesos now (with
+several instances: only while it leads, framework.election): when it may not,
+no call is sent, no driver is restarted and no driver subscribes.
 """
 import logging
 import threading
@@ -39,6 +43,7 @@ class DriverSupervisor:
         self._restart_requested = False
         self._delay = RESTART_SECONDS
         self._next_restart_at = 0.0
+        self.may_act: Callable[[], bool] = lambda: True
 
     @property
     def driver(self) -> Optional[SchedulerDriver]:
@@ -76,6 +81,9 @@ class DriverSupervisor:
         driver = self._driver
         if driver is None:
             return
+        if not self.may_act():
+            log.info("not the leader now: %s not sent", method)
+            return
         try:
             getattr(driver, method)(*args)
         except Exception as e:
@@ -94,7 +102,7 @@ class DriverSupervisor:
         driver = self._driver
         if driver is None or self._stop.is_set():
             return
-        if not (driver.stopped.is_set() or self._restart_requested):
+        if not (driver.stopped.is_set() or self._restart_requested) or not self.may_act():
             return
         if not self._restart_requested and now < self._next_restart_at:
             return                              # a failing driver waits out its back-off
@@ -117,7 +125,8 @@ class DriverSupervisor:
                  "on" if {"type": "GPU_RESOURCES"} in info.get("capabilities", ()) else "off")
         driver = SchedulerDriver(self.scheduler, info, self.master,
                                  missed_heartbeats=self.missed_heartbeats,
-                                 implicit_acknowledgements=False, failover=True)
+                                 implicit_acknowledgements=False, failover=True,
+                                 may_subscribe=lambda: self.may_act())
         with self._lock:
             self._driver = driver
         driver.start()

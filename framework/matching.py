@@ -28,6 +28,9 @@ Ports: a task's port requests (framework.ports) come out of the offer's
 placed task got are in its slot's `host_ports` (by task id), in request order.
 Tasks asking for no port pay nothing for this.
 
+GPU health: offered GPUs the agent daemon reports not healthy and free
+(framework.gpu_health) are taken off the offer before anything is placed.
+
 Image variants: given a `variants` selector (framework.variant_selection),
 a task whose image it knows goes only to offers whose agent can run one of
 the image's variants; tasks of one image group together, and which variant
@@ -86,14 +89,16 @@ class OfferSlot:
     host_ports: dict[str, tuple] = field(default_factory=dict)   # task id -> its host ports
 
     @classmethod
-    def from_offer(cls, offer: Mapping[str, Any], order: int = 0) -> "OfferSlot":
+    def from_offer(cls, offer: Mapping[str, Any], order: int = 0,
+                   unusable_gpus: int = 0) -> "OfferSlot":
+        """`unusable_gpus`: offered GPUs no task can get (not healthy, framework.gpu_health)."""
         amounts = unreserved_scalars(offer)
         return cls(offer_id=offer["id"]["value"], agent_id=offer["agent_id"]["value"],
                    hostname=offer.get("hostname", ""),
                    cpus=round(amounts.get("cpus", 0.0) * _MILLI),
                    mem=round(amounts.get("mem", 0.0) * _MILLI),
                    disk=round(amounts.get("disk", 0.0) * _MILLI),
-                   gpus=int(amounts.get("gpus", 0.0)),
+                   gpus=max(0, int(amounts.get("gpus", 0.0)) - unusable_gpus),
                    fields=offer_fields(offer), order=order, ports=PortRanges.from_offer(offer))
 
 
@@ -159,11 +164,15 @@ class Matcher:
 
     def match(self, pending: Sequence[TaskSpec], offers: Sequence[Mapping[str, Any]],
               placed: Optional[Mapping[str, Iterable[Mapping[str, str]]]] = None,
-              variants: Optional["Selector"] = None) -> MatchResult:
+              variants: Optional["Selector"] = None,
+              unusable_gpus: Optional[Mapping[str, int]] = None) -> MatchResult:
         """`placed`: app id -> the `offer_fields` of the agents its running
         instances sit on (for UNIQUE, CLUSTER, GROUP_BY, MAX_PER); `variants`:
-        the images whose variants decide where their tasks may run."""
-        return _Round(self, [OfferSlot.from_offer(o, i) for i, o in enumerate(offers)],
+        the images whose variants decide where their tasks may run;
+        `unusable_gpus`: agent id -> offered GPUs that are not healthy."""
+        unusable = unusable_gpus or {}
+        return _Round(self, [OfferSlot.from_offer(o, i, unusable.get(o["agent_id"]["value"], 0))
+                             for i, o in enumerate(offers)],
                       placed or {}, variants).run(pending)
 
 

@@ -18,7 +18,7 @@ the leading master, reconnect back-off), but:
 import logging
 import threading
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import pymesos.process
 from pymesos import MesosSchedulerDriver
@@ -110,7 +110,8 @@ class SchedulerDriver(MesosSchedulerDriver):
     """
 
     def __init__(self, scheduler: Any, framework: dict, master: str,
-                 missed_heartbeats: float = MISSED_HEARTBEATS, **kwargs: Any) -> None:
+                 missed_heartbeats: float = MISSED_HEARTBEATS,
+                 may_subscribe: Callable[[], bool] = lambda: True, **kwargs: Any) -> None:
         if not missed_heartbeats > 1:
             raise UserError(f"missed_heartbeats: {missed_heartbeats!r} must be more than 1 "
                             f"(the master may be silent for one heartbeat interval)")
@@ -119,6 +120,10 @@ class SchedulerDriver(MesosSchedulerDriver):
         self.abort_reason: Optional[str] = None
         self.stopped = threading.Event()
         self.missed_heartbeats = missed_heartbeats
+        # Checked before each SUBSCRIBE (pymesos re-subscribes on its own after a
+        # lost connection): an instance that no longer leads must not take the
+        # framework back from the one that does.
+        self.may_subscribe = may_subscribe
         self.heartbeat_interval = DEFAULT_HEARTBEAT_INTERVAL
         # monotonic time of the last event (or of the connection attempt) on
         # the open stream; None while no stream is open (pymesos reconnects).
@@ -137,6 +142,8 @@ class SchedulerDriver(MesosSchedulerDriver):
     def gen_request(self) -> bytes:
         """The SUBSCRIBE request of a new connection (IO thread): the silence
         is counted from here until the first event."""
+        if not self.may_subscribe():
+            raise RuntimeError("this framework instance does not lead: not subscribing")
         self._last_event = time.monotonic()
         return super().gen_request()
 

@@ -23,6 +23,9 @@ What it does with the master:
   id per attempt: `<id>`, `<id>.retry1`, ...), unless the executor said a retry
   cannot help (bad image, CUDA mismatch, no Docker engine) or the task is invalid;
 - kills (and re-sends the kill until a terminal update arrives);
+- keeps GPU tasks off GPUs the agent daemons report not healthy
+  (framework.gpu_health: the matcher takes them off the offers), and keeps the
+  GPU usage executors report in status updates on the record (`gpu_usage`);
 - resolves the images of the registries it is given (`registries`) before a
   task is matched (framework.image_resolver): an index gets the variant the
   agent's platform_features select, pinned by digest in the TaskInfo and
@@ -45,12 +48,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
-from framework import taskinfo
+from framework import gpu_usage, taskinfo
 from framework.constraints import offer_fields
+from framework.gpu_health import GpuHealthView
 from framework.driver_supervisor import DriverSupervisor
 from framework.image_resolver import FAILED, READY, ImageResolver
 from framework.matching import RESTRICTED, Matcher, gpu_behavior
-from framework.mesos_driver import MISSED_HEARTBEATS, SchedulerDriver
+from framework.mesos_driver import MISSED_HEARTBEATS, SchedulerDriver, master_address
 from framework.state_store import SchedulerStore, StoreError
 from framework.task_record import (PENDING, RECORD_KIND, RETRYABLE_STATES, RUNNING,
                                    TERMINAL_STATES, TaskRecord, attempt_task_id)
@@ -99,6 +103,7 @@ class SchedulerConfig:
     # registries (host[:port]) whose images are resolved: variants, digests
     registries: tuple[str, ...] = ()
     registry_config: Optional[str] = None    # a Docker config.json with their credentials
+    gpu_health_interval: float = 2.0         # reading the agent daemons' GPU health; 0: off
 
 
 def _resolver(config: SchedulerConfig, on_change: Callable[[], None]) -> Optional[ImageResolver]:
@@ -173,7 +178,10 @@ class GpuScheduler:
         self._reconcile_retry_delay = RECONCILE_RETRY_SECONDS
         self._reconcile_retry_at = 0.0
         self._offers_seen: Counter = Counter()
+        self._status_listeners: list[Callable[[Mapping[str, Any]], None]] = []
         self.variants = _resolver(config, self._variants_changed)
+        self.gpu_health = GpuHealthView(self._leading_master, config.gpu_health_interval)
+        self.on_status(self.gpu_health.on_status)
         self._recover()
 
     # -- public API -------------------------------------------------------------------
@@ -183,6 +191,7 @@ class GpuScheduler:
         if self.variants is not None:
             self.variants.start()
         self.supervisor.start()
+        self.gpu_health.start()
         self._maintenance = threading.Thread(target=self._maintain, name="scheduler-maintenance",
                                              daemon=True)
         self._maintenance.start()
@@ -198,6 +207,7 @@ class GpuScheduler:
             self._maintenance = None
         if self.variants is not None:
             self.variants.stop()
+        self.gpu_health.stop()
         if teardown:
             self.store.set_framework_id(None)
         self._subscribed.clear()
@@ -290,6 +300,20 @@ class GpuScheduler:
         """Call `callback(record copy)` after every state change of any task."""
         self._callbacks.append(callback)
 
+    def on_status(self, callback: Callable[[Mapping[str, Any]], None]) -> None:
+        """Call `callback(status)` with every status update from Mesos (read only)."""
+        self._status_listeners.append(callback)
+
+    def _leading_master(self) -> Optional[str]:
+        """host:port of the master the driver follows; before it connects, the one
+        configured (unless it is a ZooKeeper URL)."""
+        driver = self.supervisor.driver
+        current = getattr(driver, "master", None) if driver is not None else None
+        if current:
+            return current
+        configured = master_address(self.config.master)
+        return None if configured.startswith(("zk://", "zoo://")) else configured
+
     # -- pymesos callbacks (the driver's IO thread) ------------------------------------------
 
     def registered(self, driver: SchedulerDriver, framework_id: Mapping, master_info: Mapping) -> None:
@@ -325,10 +349,14 @@ class GpuScheduler:
                 self._notify_all(changed)
                 return
             selector = self.variants.selector() if self.variants is not None else None
-            result = self.matcher.match(waiting, offers, self._placed_by_app(), selector)
+            self.gpu_health.offered(offers)
+            result = self.matcher.match(waiting, offers, self._placed_by_app(), selector,
+                                        self.gpu_health.unusable())
             by_id = {o["id"]["value"]: o for o in offers}
             launches = self._record_launches(result.placements, by_id, selector,
                                              result.host_ports())
+            changed += [self._records[t["name"]].copy() for tasks in launches.values()
+                        for t in tasks]                   # now TASK_STAGING
             changed += self._explain_unplaced(result.unplaced, offers, selector)
         self._notify_all(changed)
         for offer_id, tasks in launches.items():
@@ -355,6 +383,11 @@ class GpuScheduler:
             self._call("killTask", {"value": mesos_id})
         if status.get("uuid"):
             self._call("acknowledgeStatusUpdate", status)
+        for listener in list(self._status_listeners):
+            try:
+                listener(status)
+            except Exception:
+                log.exception("status listener failed for %s", mesos_id)
         if current:
             self._notify(copy)
 
@@ -428,7 +461,7 @@ class GpuScheduler:
                     record.mesos_task_id = attempt_task_id(spec.id, record.attempts)
                     self._by_mesos_id[record.mesos_task_id] = spec.id
                     record.agent_id, record.hostname = agent_id, offer.get("hostname")
-                    record.agent_fields, record.gpus = fields, []
+                    record.agent_fields, record.gpus, record.gpu_usage = fields, [], {}
                     record.role = _offer_role(offer, self.config.role)
                     launch = spec
                     if selector is not None and selector.handles(spec.image):
@@ -472,6 +505,9 @@ class GpuScheduler:
             record.gpus = [u for u in labels[taskinfo.GPUS_LABEL].split(",") if u]
         if status.get("agent_id"):
             record.agent_id = status["agent_id"]["value"]
+        usage = gpu_usage.from_status(status)
+        if usage is not None:
+            record.gpu_usage = usage.to_json()
         if state == RUNNING and record.started_at is None:
             record.started_at = time.time()
         if "healthy" in status:

@@ -63,8 +63,43 @@ class SchedulerStore(Protocol):
     def transaction(self) -> Any: ...
 
 
-class StateStore:
-    """Transactional key/value records of JSON objects, by kind (SQLite)."""
+class NestedTransactions:
+    """`transaction()` for a store: nesting joins the outer one; the store's
+    `_begin`, `_commit` and `_rollback` run for the outermost one only, under
+    its re-entrant `_lock`. A commit that fails is rolled back."""
+    _lock: threading.RLock
+    _depth = 0
+
+    def _begin(self) -> None: ...
+    def _commit(self) -> None: ...
+    def _rollback(self) -> None: ...
+
+    @contextmanager
+    def transaction(self) -> Iterator[Any]:
+        with self._lock:
+            if self._depth == 0:
+                self._begin()
+            self._depth += 1
+            try:
+                yield self
+            except BaseException:
+                self._depth -= 1
+                if self._depth == 0:
+                    self._rollback()
+                raise
+            self._depth -= 1
+            if self._depth == 0:
+                try:
+                    self._commit()
+                except BaseException:
+                    self._rollback()
+                    raise
+
+
+class StateStore(NestedTransactions):
+    """Transactional key/value records of JSON objects, by kind (SQLite).
+    All writes inside `transaction()` commit together or not at all (nesting
+    joins the outer one). A write the store refuses raises StoreError."""
 
     def __init__(self, state_dir: Path) -> None:
         state_dir = Path(state_dir)
@@ -74,7 +109,6 @@ class StateStore:
             raise UserError(f"--state_dir {state_dir}: cannot create it: {e.strerror}") from e
         self.path = state_dir / DB_NAME
         self._lock = threading.RLock()
-        self._depth = 0
         try:
             self._db = sqlite3.connect(str(self.path), check_same_thread=False,
                                        isolation_level=None, timeout=10)
@@ -98,28 +132,11 @@ class StateStore:
         with self._lock:
             self._db.close()
 
-    @contextmanager
-    def transaction(self) -> Iterator["StateStore"]:
-        """All writes inside commit together or not at all (nesting joins the
-        outer one). A write the store refuses raises StoreError."""
-        with self._lock:
-            if self._depth == 0:
-                self._run("BEGIN IMMEDIATE")
-            self._depth += 1
-            try:
-                yield self
-            except BaseException:
-                self._depth -= 1
-                if self._depth == 0:
-                    self._rollback()
-                raise
-            self._depth -= 1
-            if self._depth == 0:
-                try:
-                    self._run("COMMIT")
-                except StoreError:
-                    self._rollback()
-                    raise
+    def _begin(self) -> None:
+        self._run("BEGIN IMMEDIATE")
+
+    def _commit(self) -> None:
+        self._run("COMMIT")
 
     def _run(self, sql: str, args: tuple = ()) -> sqlite3.Cursor:
         try:

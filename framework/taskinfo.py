@@ -41,6 +41,7 @@ RETRY_LABEL = "mesos-gpu.retry"            # "false": a retry cannot help (bad i
 HEALTH_FAILURES_LABEL = "mesos-gpu.health.failures"   # consecutive failed checks
 HEALTH_CAUSE_LABEL = "mesos-gpu.health.cause"         # why the last one failed
 HEALTH_KILLED_LABEL = "mesos-gpu.health.killed"       # "true": killed for failing its checks
+GPU_FAULT_LABEL = "mesos-gpu.gpu_fault"    # the agent daemon stopped it: its GPU went bad
 EXECUTOR_ID_PREFIX = "mesos-gpu."
 
 

@@ -4,6 +4,8 @@ At start it checks its flags, discovers the GPUs through NVML, picks the ones
 to manage (--nvidia_gpu_devices / --resources=gpus:N), reads their topology,
 builds the driver volume, recovers the ledger against the kernel and Docker,
 and logs what it found. Then it serves the local API on <work_dir>/agent.sock
+(and, with --metrics_address, /metrics and /v1/health over TCP), watches the
+GPUs' health (isolator/health_monitor.py; the state in <work_dir>/health.json)
 and reconciles every holding with its owner, the Mesos agent, the kernel and
 Docker (isolator/reconciler.py) until SIGTERM or SIGINT, writes a last ledger
 snapshot and exits 0.
@@ -19,8 +21,11 @@ from typing import Dict, Optional
 
 from common import instance_lock
 from common.paths import MAX_SOCKET_PATH, first_missing
-from isolator import cgroup_host, devices, flags, nvml, side_services
+from isolator import cgroup_host, devices, flags, gpu_health, metrics, nvml, side_services
 from isolator import topology as topology_mod
+from isolator.health_monitor import HealthMonitor
+from isolator.metrics_server import MetricsServer
+from isolator.xid_catalog import Classifier, parse_overrides
 from isolator.container_cgroups import ContainerCgroups
 from isolator.docker_state import DockerState
 from isolator.gpu import Inventory
@@ -97,7 +102,9 @@ def _log_devices(dev_dir: str, managed) -> None:
 
 def build_service(args) -> AgentService:
     """Everything the daemon needs, discovered (the flags are checked by run())."""
-    inventory = nvml.discover(args.nvml_library)
+    health_path = os.path.join(args.work_dir, gpu_health.FILE_NAME)
+    inventory = nvml.discover(args.nvml_library,
+                              known=gpu_health.known_gpus(health_path).values())
     selection = flags.select_gpus(inventory, args.nvidia_gpu_devices, args.resources)
     host = cgroup_host.detect()
     versions = flags.device_cgroup_versions(args.device_cgroup, host.devices_v1, host.unified)
@@ -120,7 +127,9 @@ def build_service(args) -> AgentService:
         ledger=Ledger(args.work_dir),
         cgroups=ContainerCgroups(host, versions, args.cgroups_root),
         dev_dir=args.dev_dir, docker=docker, volume=_volume(args, inventory, managed),
-        nvml_library=args.nvml_library, prepare_timeout=args.prepare_timeout)
+        nvml_library=args.nvml_library, prepare_timeout=args.prepare_timeout,
+        health=gpu_health.HealthBook(managed, health_path, args.health_quiet_period),
+        kill_on_fault=args.on_gpu_fault == "kill")
     return service
 
 
@@ -154,26 +163,41 @@ def run(args) -> int:
     made = _work_dir(args.work_dir)
     lock_fd = _lock(args.work_dir)
     try:
+        stop = threading.Event()
+        extras = metrics_server = monitor = None
         try:
             service = build_service(args)
             service.recover()
+            service.health.load()
             # Before the API socket: once it exists (systemd's readiness check) all is served.
             extras = side_services.start(args, service)     # plugin, REST API, CDI, driver watch
-            try:
-                server = AgentServer(socket_path(args.work_dir), service)
-            except BaseException:
-                extras.close()
-                raise
+            latency = metrics.Histograms()
+            if args.metrics_address:
+                metrics_server = MetricsServer(args.metrics_address, service, latency)
+            monitor = HealthMonitor(list(service.gpus.values()), service.health,
+                                    Classifier(parse_overrides(args.xid_override)),
+                                    service.gpu_fault, args.nvml_library,
+                                    args.health_poll_interval)
+            service.monitor = monitor
+            threads = monitor.start(stop)
+            server = AgentServer(socket_path(args.work_dir), service, latency=latency)
         except BaseException:
+            stop.set()
+            for part in (extras, metrics_server):
+                if part is not None:
+                    part.close() if part is extras else part.server_close()
+            if monitor is not None:
+                monitor.close()
             if made is not None:        # a refused start leaves no work dir behind
                 shutil.rmtree(made, ignore_errors=True)
             raise
-        stop = threading.Event()
 
         def on_signal(signum, _frame) -> None:
             log.info("%s received: stopping", signal.Signals(signum).name)
             stop.set()
             server.shutdown()
+            if metrics_server is not None:
+                metrics_server.shutdown()
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
@@ -181,9 +205,15 @@ def run(args) -> int:
                                   args=(service, stop, args.ledger_flush_interval))
         keeper.start()
         reconciler = Reconciler(service, args.reconcile_interval)
-        threads = reconciler.start(stop)
+        threads += reconciler.start(stop)
         log.info("reconciling holdings every %g s (and at once when an owner ends)",
                  args.reconcile_interval)
+        if metrics_server is not None:
+            threads.append(threading.Thread(target=metrics_server.serve_forever,
+                                            kwargs={"poll_interval": 0.2},
+                                            name="metrics-server", daemon=True))
+            threads[-1].start()
+            log.info("serving /metrics and /v1/health on %s (read-only HTTP)", metrics_server.url)
         log.info("serving the agent API on %s (backlog %d, %d workers)", server.socket_path,
                  server.backlog, len(server._workers))
         try:
@@ -191,10 +221,15 @@ def run(args) -> int:
         finally:
             stop.set()
             reconciler.wake.set()
+            monitor.wake.set()
             server.server_close()
+            if metrics_server is not None:
+                metrics_server.shutdown()
+                metrics_server.server_close()
             extras.close()
             for t in [keeper, *threads]:
                 t.join(timeout=5)
+            monitor.close()
             service.close()
         log.info("stopped: %d containers hold %d GPUs (ledger %s)", len(service.holdings),
                  len(service.allocator.allocated), service.ledger.path)

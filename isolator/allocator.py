@@ -9,7 +9,7 @@ finds a good set. Which container holds what is the ledger's business.
 """
 from itertools import combinations
 from math import comb
-from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from isolator.api import check_gpu_count as check_count
 from isolator.errors import BadRequest, Conflict
@@ -29,14 +29,20 @@ class Allocator:
     def allocated(self) -> Set[int]:
         return set(self.gpus) - self.available
 
-    def allocate(self, count: int, held: Iterable[int] = ()) -> List[Gpu]:
+    def allocate(self, count: int, held: Iterable[int] = (),
+                 unhealthy: Optional[Mapping[int, str]] = None) -> List[Gpu]:
         """`count` more GPUs, chosen to connect well among themselves and
-        with those the container already holds."""
+        with those the container already holds; never one of `unhealthy`
+        (minor -> why, see gpu_health.py)."""
         count = check_count(count)
-        if count > len(self.available):
-            raise Conflict(f"requested {count} GPUs but only {len(self.available)} "
-                           f"of {len(self.gpus)} are free")
-        chosen = self._best(sorted(self.available), count, tuple(held))
+        sick = {m: why for m, why in (unhealthy or {}).items() if m in self.available}
+        pool = self.available - set(sick)
+        if count > len(pool):
+            why = "; ".join(f"GPU {m}: {r}" for m, r in sorted(sick.items()))
+            raise Conflict(f"requested {count} GPUs but only {len(pool)} of {len(self.gpus)} "
+                           f"are free" + (f" and healthy (free but unhealthy: {why})"
+                                          if sick else ""))
+        chosen = self._best(sorted(pool), count, tuple(held), pool)
         self.available -= set(chosen)
         return [self.gpus[m] for m in chosen]
 
@@ -70,10 +76,10 @@ class Allocator:
                    key=lambda pos: (-self.topology.set_score(held[p] for p in pos), pos))
         return [held[p] for p in best]
 
-    def _best(self, candidates: List[int], count: int, held: Tuple[int, ...]) -> List[int]:
+    def _best(self, candidates: List[int], count: int, held: Tuple[int, ...],
+              pool: Set[int]) -> List[int]:
         if count == 0:
             return []
-        pool = self.available
         if comb(len(candidates), count) <= EXHAUSTIVE_LIMIT:
             sets: Iterable[Tuple[int, ...]] = combinations(candidates, count)
         else:

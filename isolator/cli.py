@@ -6,7 +6,8 @@ import os
 import sys
 from typing import Optional
 
-from isolator import cdi_spec, cgroup_host, flags, mesos_agent_flags, nvml, platform_features
+from isolator import (cdi_spec, cgroup_host, flags, health_report, mesos_agent_flags, nvml,
+                      platform_features)
 from volumes.cli import non_empty
 from common.errors import UserError
 
@@ -46,10 +47,15 @@ def register(sub) -> None:
     p = sub.add_parser("info", help="show the driver, NVML and GPUs of this host",
                        description="Show what NVML reports on this host: driver, CUDA "
                                    "driver and NVML versions, each GPU (index, minor, "
-                                   "UUID, name, memory, PCI bus id, compute capability), "
-                                   "and the host's cgroup mode. A host without NVIDIA "
+                                   "UUID, name, memory, PCI bus id, compute capability) "
+                                   "with its health (the agent daemon's, from --work_dir; "
+                                   "with no daemon running, what NVML shows now), and "
+                                   "the host's cgroup mode. A host without NVIDIA "
                                    "driver shows 0 GPUs and why.")
     flags.add_nvml_flag(p)
+    p.add_argument("--work_dir", default=flags.DEFAULT_WORK_DIR, metavar="DIR",
+                   help="the agent daemon's work dir, whose socket gives each GPU's health "
+                        f"(default {flags.DEFAULT_WORK_DIR})")
     add_cpuinfo_flag(p)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_info)
@@ -60,6 +66,8 @@ def register(sub) -> None:
     a.add_argument("action", nargs="?", choices=("run", "flags"), default="run",
                    help="run (default): the daemon; flags: print the mesos-agent flags")
     flags.add_selection_arguments(a.add_argument_group("GPU selection flags (run and flags)"))
+    flags.add_metrics_flag(a.add_argument_group(
+        "metrics flag (run: where the daemon serves; flags: the gpu_metrics_port attribute)"))
     flags.add_daemon_arguments(a.add_argument_group("daemon flags (run only)"))
     out = a.add_argument_group(
         "output of `agent flags` (flags only); the operator's resources and attributes are "
@@ -131,12 +139,13 @@ def cmd_agent_flags(args) -> int:
         else mesos_agent_flags.without_gpus(operator("resources", None))
     platform = platform_features.for_gpus(inv.driver_version, inv.cuda_driver_version,
                                           selection.gpus, cpu)
+    port = _metrics_port(args.metrics_address)
     resources, attributes = mesos_agent_flags.merged(selection.gpus, inv, base,
                                                      operator("attributes", args.attributes),
-                                                     platform)
+                                                     platform, port)
     if flag_dir is not None:
         gpus = f"gpus:{len(selection.gpus)}"
-        ours = mesos_agent_flags.node_attributes(selection.gpus, inv, platform)
+        ours = mesos_agent_flags.node_attributes(selection.gpus, inv, platform, port)
         for path in flag_dir.write("resources", resources, [gpus], []) + \
                 flag_dir.write("attributes", attributes, ours,
                                [n for n in mesos_agent_flags.ATTRIBUTE_NAMES
@@ -147,10 +156,22 @@ def cmd_agent_flags(args) -> int:
         lines = mesos_agent_flags.env_lines(resources, attributes)
     else:
         lines = mesos_agent_flags.lines(selection.gpus, inv, base, platform,
-                                        operator("attributes", args.attributes))
+                                        operator("attributes", args.attributes), port)
     for line in lines:
         print(line)
     return 0
+
+
+def _metrics_port(address: Optional[str]) -> Optional[int]:
+    if address is None:
+        return None
+    from isolator.metrics_server import parse_address
+    port = parse_address(address)[1]
+    if port == 0:
+        raise UserError(f"--metrics_address={address}: give the port the daemon listens on "
+                        "(the framework finds it through the agent attribute "
+                        f"{flags.METRICS_PORT_ATTRIBUTE})")
+    return port
 
 
 def _gib(n: int) -> str:
@@ -164,8 +185,9 @@ def cmd_info(args) -> int:
     platform = platform_features.for_gpus(inv.driver_version, inv.cuda_driver_version,
                                           inv.gpus, cpu)
     cg = cgroup_host.detect()
+    health = health_report.report(inv.gpus, args.work_dir, args.nvml_library)
     if args.json:
-        print(json.dumps({**inv.to_json(), "cgroups": cg.to_json(),
+        print(json.dumps({**inv.to_json(), "cgroups": cg.to_json(), "health": health,
                           "cpu": {"source": cpu.source, "vendor": cpu.vendor,
                                   "family": cpu.family, "model": cpu.model,
                                   "model_name": cpu.model_name, "x86_64_level": cpu.level,
@@ -179,10 +201,16 @@ def cmd_info(args) -> int:
         print(f"Driver version: {inv.driver_version}")
         print(f"CUDA driver:    {inv.cuda_driver_version}")
         print(f"NVML version:   {inv.nvml_version}")
-        print(f"GPUs: {len(inv.gpus)}")
+        unread = sorted(set(inv.lost) - {g.index for g in inv.gpus})
+        print(f"GPUs: {len(inv.gpus) + len(unread)}"
+              + (f", {len(unread)} NVML cannot read" if unread else "")
+              + f" (health from {health['source']})")
         for g in inv.gpus:
             print(f"  [{g.index}] minor {g.minor}  {g.name}  {_gib(g.memory_total)}  "
-                  f"cc {g.compute_capability}  {g.pci_bus_id}  {g.uuid}")
+                  f"cc {g.compute_capability}  {g.pci_bus_id}  {g.uuid}  "
+                  f"{health_report.describe(health['gpus'][g.index])}")
+        for index in unread:
+            print(f"  [{index}] UNHEALTHY: NVML cannot read it (fallen off the bus?)")
     where = ", ".join(f"{k} at {v}" for k, v in
                       (("v1 devices", cg.devices_v1), ("cgroup2", cg.unified)) if v)
     print(f"cgroups: {cg.mode}" + (f" ({where})" if where else ""))

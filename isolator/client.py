@@ -27,8 +27,8 @@ import time
 from typing import Any, Dict, Optional
 from urllib.parse import quote
 
-from isolator.api import (MESOS, Cleanup, CleanupRequest, Grant, IsolateRequest, PrepareRequest,
-                          UpdateRequest)
+from isolator.api import (MESOS, Cleanup, CleanupRequest, Grant, IsolateRequest, NodeHealth,
+                          PrepareRequest, TaskLabels, UpdateRequest, Usage)
 from isolator.errors import AgentError
 
 __all__ = ["AgentClient", "AgentError"]
@@ -135,9 +135,10 @@ class AgentClient:
             raise AgentError(doc.get("error", f"HTTP {resp.status}"), status=resp.status)
         return doc
 
-    def prepare(self, container_id: str, gpus: int, container_type: str = MESOS) -> Grant:
-        request = PrepareRequest(container_id, gpus, container_type)
-        return Grant.from_json(self._request("POST", "/v1/prepare", request.__dict__))
+    def prepare(self, container_id: str, gpus: int, container_type: str = MESOS,
+                task: Optional[TaskLabels] = None) -> Grant:
+        request = PrepareRequest(container_id, gpus, container_type, task)
+        return Grant.from_json(self._request("POST", "/v1/prepare", request.to_json()))
 
     def isolate(self, container_id: str, pid: Optional[int] = None,
                 docker_id: Optional[str] = None) -> Grant:
@@ -153,8 +154,12 @@ class AgentClient:
         request = CleanupRequest(container_id)
         return Cleanup.from_json(self._request("POST", "/v1/cleanup", request.__dict__))
 
-    def usage(self, container_id: str) -> Dict:
-        return self._request("GET", f"/v1/usage?container_id={quote(container_id)}")
+    def usage(self, container_id: str) -> Usage:
+        return Usage.from_json(self._request("GET",
+                                             f"/v1/usage?container_id={quote(container_id)}"))
+
+    def health(self) -> NodeHealth:
+        return NodeHealth.from_json(self._request("GET", "/v1/health"))
 
     def info(self) -> Dict:
         return self._request("GET", "/v1/info")

@@ -15,7 +15,7 @@ log = logging.getLogger("mesos-gpu.agent")
 
 POINTS = ("prepare:after_ledger", "isolate:after_move",
           "update:after_ledger", "update:after_kernel", "cleanup:after_kernel",
-          "release:after_stop")
+          "release:after_stop", "gpu_fault:after_record")
 
 
 def reached(point: str, container_id: str) -> None:

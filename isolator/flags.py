@@ -13,7 +13,7 @@ import os
 import re
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
-from isolator.api import DEFAULT_WORK_DIR
+from isolator.api import DEFAULT_WORK_DIR, METRICS_PORT_ATTRIBUTE
 
 from isolator.gpu import Gpu, Inventory
 from isolator.nvml import ENV_LIBRARY
@@ -24,6 +24,7 @@ DEFAULT_ISOLATION = "filesystem/linux,cgroups/devices,gpu/nvidia"
 DEFAULT_VOLUME_ROOT = "/var/run/mesos/isolators/gpu"
 DEFAULT_DOCKER_SOCKET = "unix:///var/run/docker.sock"
 DEVICE_CGROUP_CHOICES = ("auto", "v1", "v2", "both")
+ON_GPU_FAULT = ("kill", "keep")
 
 
 class FlagError(UserError):
@@ -46,6 +47,19 @@ def add_selection_arguments(p: argparse.ArgumentParser) -> None:
                         "'gpus' is read here: gpus:N must match --nvidia_gpu_devices, "
                         "gpus:0 manages no GPU at all")
     add_nvml_flag(p)
+
+
+def add_metrics_flag(p) -> None:
+    """--metrics_address: read by the daemon (it listens there) and by `agent flags`
+    (the attribute that tells the framework the port)."""
+    p.add_argument("--metrics_address", metavar="HOST:PORT",
+                   help="serve GET /metrics (Prometheus text: DCGM exporter's per-GPU names, "
+                        "GPU health, per-task usage, allocation) and GET /v1/health (each "
+                        "GPU's health, read by the framework) over HTTP on this TCP address, "
+                        "e.g. 127.0.0.1:9400. Off by default. `agent flags` then adds the "
+                        f"attribute {METRICS_PORT_ATTRIBUTE}:PORT, by which the framework "
+                        "finds it at the agent's IP: on a multi-node cluster listen on an "
+                        "address the framework can reach")
 
 
 def add_nvml_flag(p) -> None:
@@ -96,6 +110,27 @@ def add_daemon_arguments(p: argparse.ArgumentParser) -> None:
                         "the Mesos agent, the kernel and Docker, releases what nobody owns "
                         "and restores drifted device rules (default 5; an owner's end is "
                         "also noticed at once)")
+    p.add_argument("--health_poll_interval", type=float, default=5.0, metavar="SECONDS",
+                   help="how often each GPU's figures and the faults NVML raises no event "
+                        "for are read: off the bus, pages waiting for retirement, row "
+                        "remapping pending or failed, slowdown temperature (default 5; XIDs "
+                        "and ECC errors arrive as NVML events at once)")
+    p.add_argument("--health_quiet_period", type=float, default=120.0, metavar="SECONDS",
+                   help="an unhealthy GPU with no new fault for this long gets an NVML "
+                        "self-check and, passing it, is healthy and allocatable again; the "
+                        "period doubles each time the GPU became unhealthy in the last 24 h "
+                        "(default 120)")
+    p.add_argument("--xid_override", metavar="XID=EFFECT[,...]",
+                   help="change what an XID does (see isolator/xid_catalog.py): "
+                        "application (counted only), unhealthy (no new work on the GPU), "
+                        "kill (also stop the work on it), e.g. 13=unhealthy,92=application. "
+                        "XIDs not in NVIDIA's catalogue count as unhealthy")
+    p.add_argument("--on_gpu_fault", choices=ON_GPU_FAULT, default="kill",
+                   help="what happens to the containers on a GPU hit by a fault that loses "
+                        "their work (double-bit ECC error, off the bus, an XID whose effect "
+                        "is kill): kill (default: they are stopped, their tasks fail naming "
+                        "the fault and are replaced on healthy GPUs) or keep (they run on; "
+                        "the GPU takes no new work either way)")
     p.add_argument("--cdi_spec", default="none", metavar="FILE",
                    help="write a CDI spec (kind nvidia.com/gpu) for the managed GPUs and the "
                         "driver volume to FILE, e.g. /var/run/cdi/mesos-gpu.json, and keep it "
@@ -266,11 +301,24 @@ def check_daemon_values(args) -> None:
                                     for p in parts):
         raise FlagError(f"--cgroups_root={args.cgroups_root}: must be a relative cgroup path of "
                         "A-Z a-z 0-9 _ . - names (no '..')")
-    for name in ("prepare_timeout", "ledger_flush_interval", "reconcile_interval"):
+    for name in ("prepare_timeout", "ledger_flush_interval", "reconcile_interval",
+                 "health_poll_interval", "health_quiet_period"):
         value = getattr(args, name)
         if not (value > 0 and math.isfinite(value)):    # inf overflows the timer waits
             raise FlagError(f"--{name}={value}: must be a positive number of seconds")
     check_work_dir(args.work_dir)
+    from isolator.xid_catalog import parse_overrides
+    try:
+        parse_overrides(args.xid_override)
+        check_metrics_address(args.metrics_address)
+    except UserError as e:
+        raise FlagError(str(e)) from None
+
+
+def check_metrics_address(address: Optional[str]) -> None:
+    if address is not None:
+        from isolator.metrics_server import parse_address
+        parse_address(address)
 
 
 def check_work_dir(work_dir: str) -> str:

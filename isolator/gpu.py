@@ -39,6 +39,7 @@ class Inventory:
     library: Optional[str] = None               # the file NVML was loaded from
     unavailable: Optional[str] = None
     extra: Dict[str, Any] = field(default_factory=dict)
+    lost: Tuple[int, ...] = ()                  # NVML indices that could not be read
 
     def to_json(self) -> Dict[str, Any]:
         return {"driver_version": self.driver_version,
@@ -46,4 +47,5 @@ class Inventory:
                 "nvml_version": self.nvml_version,
                 "library": self.library,
                 "unavailable": self.unavailable,
-                "gpus": [g.to_json() for g in self.gpus]}
+                "gpus": [g.to_json() for g in self.gpus],
+                "unreadable_indices": sorted(set(self.lost) - {g.index for g in self.gpus})}

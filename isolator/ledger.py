@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 from typing import Dict, Optional, Tuple
 
 from common.errors import UserError
-from isolator.api import CONTAINER_TYPES, DOCKER, MESOS
+from isolator.api import CONTAINER_TYPES, DOCKER, MESOS, TaskLabels
+from isolator.errors import BadRequest
 from isolator.owner import Owner, Placed
 
 log = logging.getLogger("mesos-gpu.agent")
@@ -77,6 +78,7 @@ class Holding:
     cgroups: Dict[str, str] = field(default_factory=dict)   # "v1"/"v2" -> path
     placed: Optional[Placed] = None             # the process placed in the cgroups (MESOS)
     runtime_cgroups: Tuple[str, ...] = ()       # cgroups runc made for it (read from /proc)
+    task: Optional[TaskLabels] = None           # the Mesos task, as its executor named it
 
     def to_json(self) -> Dict:
         """Every field but the id (the ledger's key); written field by field, not with
@@ -87,7 +89,8 @@ class Holding:
                 "owner": self.owner.to_json() if self.owner else None,
                 "docker_id": self.docker_id, "cgroups": dict(self.cgroups),
                 "placed": self.placed.to_json() if self.placed else None,
-                "runtime_cgroups": list(self.runtime_cgroups)}
+                "runtime_cgroups": list(self.runtime_cgroups),
+                "task": self.task.to_json() if self.task else None}
 
 
 def _checksum(sequence: int, containers: Dict) -> str:
@@ -116,11 +119,14 @@ def holding_from_json(cid: str, d: Dict) -> Holding:
     try:
         owner = Owner.from_json(d["owner"]) if d.get("owner") else None
         placed = Placed.from_json(d["placed"]) if d.get("placed") else None
-    except (KeyError, TypeError, ValueError) as e:
-        raise ValueError(f"container {cid}: unreadable owner or placed process ({e})") from None
+        task = TaskLabels.from_json(d["task"]) if d.get("task") else None
+    except (KeyError, TypeError, ValueError, BadRequest) as e:
+        raise ValueError(f"container {cid}: unreadable owner, placed process or task "
+                         f"({e})") from None
     return Holding(cid, ctype, tuple(gpus), tuple(d.get("uuids") or ()), state,
                    float(d.get("prepared_at") or 0.0), owner, d.get("docker_id"),
-                   dict(cgroups), placed, tuple(str(c) for c in d.get("runtime_cgroups") or ()))
+                   dict(cgroups), placed, tuple(str(c) for c in d.get("runtime_cgroups") or ()),
+                   task)
 
 
 def _check_exclusive(holdings: Dict[str, Holding]) -> None:

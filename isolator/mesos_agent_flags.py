@@ -13,6 +13,8 @@
     platform_features       what images may ask for (isolator.platform_features),
                             '/'-joined: nvidia-535-54/cuda-12-2/nv-compute-3-7/
                             x86-64-v3/broadwell; on a node without GPUs the CPU's only
+    gpu_metrics_port        with --metrics_address: the port of the daemon's read-only
+                            HTTP endpoint (GPU health for the framework, /metrics)
 
 On a node with several GPU models, gpu_type and gpu_model name the most common
 one (ties: the first by NVML index), gpu_types lists all of them, and memory and
@@ -28,6 +30,7 @@ from collections import Counter
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
+from isolator.api import METRICS_PORT_ATTRIBUTE
 from isolator.flags import FlagError, parse_resources
 from isolator.gpu import Gpu, Inventory
 from isolator.platform_features import ATTRIBUTE as PLATFORM_ATTRIBUTE, NodePlatform
@@ -66,7 +69,8 @@ def _cc_key(cc: str):
 # Every attribute name node_attributes() may give: an earlier run's value of one
 # of them (in a flag file or $MESOS_ATTRIBUTES) is replaced, never kept as the operator's.
 ATTRIBUTE_NAMES = ("gpu_type", "gpu_model", "gpu_types", "gpu_memory_mb",
-                   "gpu_compute_capability", "nvidia_driver", "cuda_driver", PLATFORM_ATTRIBUTE)
+                   "gpu_compute_capability", "nvidia_driver", "cuda_driver", PLATFORM_ATTRIBUTE,
+                   METRICS_PORT_ATTRIBUTE)
 
 
 def attributes(gpus: Sequence[Gpu], inventory: Inventory) -> List[str]:
@@ -104,27 +108,35 @@ def name_of(part: str) -> str:
 
 def lines(gpus: Sequence[Gpu], inventory: Inventory, operator_resources: Optional[str],
           platform: Optional[NodePlatform] = None,
-          operator_attributes: Optional[str] = None) -> List[str]:
+          operator_attributes: Optional[str] = None,
+          metrics_port: Optional[int] = None) -> List[str]:
     """--resources=... and --attributes=... (the operator's merged with ours)."""
-    res, attrs = merged(gpus, inventory, operator_resources, operator_attributes, platform)
+    res, attrs = merged(gpus, inventory, operator_resources, operator_attributes, platform,
+                        metrics_port)
     return [f"--resources={res}"] + ([f"--attributes={attrs}"] if attrs else [])
 
 
 def node_attributes(gpus: Sequence[Gpu], inventory: Inventory,
-                    platform: Optional[NodePlatform] = None) -> List[str]:
-    """Our attributes: the GPUs', and the node's platform features when it has any."""
+                    platform: Optional[NodePlatform] = None,
+                    metrics_port: Optional[int] = None) -> List[str]:
+    """Our attributes: the GPUs', the node's platform features when it has any, and
+    the port of the daemon's read-only endpoint when it serves one."""
     attrs = attributes(gpus, inventory)
     if platform is not None and platform.features():
         attrs.append(f"{PLATFORM_ATTRIBUTE}:{platform.attribute_value()}")
+    if metrics_port is not None:
+        attrs.append(f"{METRICS_PORT_ATTRIBUTE}:{metrics_port}")
     return attrs
 
 
 def merged(gpus: Sequence[Gpu], inventory: Inventory, operator_resources: Optional[str],
            operator_attributes: Optional[str],
-           platform: Optional[NodePlatform] = None) -> Tuple[str, str]:
+           platform: Optional[NodePlatform] = None,
+           metrics_port: Optional[int] = None) -> Tuple[str, str]:
     """(resources, attributes): the operator's, with gpus and our attributes set."""
     return (resources(len(gpus), operator_resources),
-            merged_attributes(operator_attributes, node_attributes(gpus, inventory, platform)))
+            merged_attributes(operator_attributes,
+                              node_attributes(gpus, inventory, platform, metrics_port)))
 
 
 # ---- merging with what the operator already gives the agent ------------------

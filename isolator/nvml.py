@@ -11,7 +11,7 @@ import logging
 import os
 import threading
 from contextlib import contextmanager
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
 import pynvml
 
@@ -71,21 +71,44 @@ def session(library: Optional[str] = None) -> Iterator[str]:
     path = library_path(library)
     with _lock:
         loaded = _load(path)
-        try:
-            pynvml.nvmlInit()
-        except pynvml.NVMLError_DriverNotLoaded:
-            raise NvmlUnavailable(f"NVIDIA driver not loaded ({loaded} is installed "
-                                  "but nvmlInit says the kernel module is absent)") from None
-        except pynvml.NVMLError_LibraryNotFound:
-            raise NvmlUnavailable(f"NVML library {loaded} not found") from None
-        except pynvml.NVMLError_FunctionNotFound as e:
-            raise UserError(f"{loaded}: not an NVML library ({e})") from None
-        except pynvml.NVMLError as e:
-            raise NvmlUnavailable(f"nvmlInit failed: {e}") from None
+        _init(loaded)
         try:
             yield loaded
         finally:
             pynvml.nvmlShutdown()
+
+
+def _init(loaded: str) -> None:
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError_DriverNotLoaded:
+        raise NvmlUnavailable(f"NVIDIA driver not loaded ({loaded} is installed "
+                              "but nvmlInit says the kernel module is absent)") from None
+    except pynvml.NVMLError_LibraryNotFound:
+        raise NvmlUnavailable(f"NVML library {loaded} not found") from None
+    except pynvml.NVMLError_FunctionNotFound as e:
+        raise UserError(f"{loaded}: not an NVML library ({e})") from None
+    except pynvml.NVMLError as e:
+        raise NvmlUnavailable(f"nvmlInit failed: {e}") from None
+
+
+def hold(library: Optional[str] = None) -> str:
+    """nvmlInit, kept until `let_go()`: for a thread that calls NVML for the daemon's
+    life (the health monitor). NVML counts its inits, so the sessions of other
+    threads come and go beside it. NVML itself is thread-safe; the lock only
+    guards pynvml's choice of library. Raises NvmlUnavailable."""
+    with _lock:
+        loaded = _load(library_path(library))
+        _init(loaded)
+        return loaded
+
+
+def let_go() -> None:
+    with _lock:
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError:
+            pass
 
 
 def _text(value) -> str:
@@ -116,19 +139,45 @@ def _gpu(index: int) -> Gpu:
                board_id=_board_id(h))
 
 
-def discover(library: Optional[str] = None) -> Inventory:
+def _readable_gpus(count: int, known: Dict[int, Gpu]) -> Tuple[List[Gpu], Tuple[int, ...]]:
+    """Each GPU NVML can read; one it cannot (off the bus) is taken from `known` (the
+    records a previous daemon kept, by index) when it was there, else left out."""
+    gpus: List[Gpu] = []
+    lost: List[int] = []
+    for i in range(count):
+        try:
+            gpus.append(_gpu(i))
+        except pynvml.NVMLError as e:
+            lost.append(i)
+            before = known.get(i)
+            if before is not None:
+                log.warning("the GPU at NVML index %d cannot be read (%s): it is %s (minor %d) "
+                            "as recorded before; it stays unhealthy until it answers", i, e,
+                            before.uuid, before.minor)
+                gpus.append(before)
+            else:
+                log.error("the GPU at NVML index %d cannot be read (%s) and no earlier record "
+                          "names it: it is left out", i, e)
+    seen = [g.uuid for g in gpus]
+    if len(set(seen)) != len(seen):          # a recorded GPU that is readable elsewhere now
+        gpus = [g for g in gpus if g.index not in lost or seen.count(g.uuid) == 1]
+    return gpus, tuple(lost)
+
+
+def discover(library: Optional[str] = None, known: Iterable[Gpu] = ()) -> Inventory:
     """All GPUs NVML sees, with driver versions. Never raises for a host
-    without NVIDIA hardware or driver; raises UserError for a bad library file."""
+    without NVIDIA hardware or driver; raises UserError for a bad library file.
+    `known`: GPU records from before, for GPUs NVML cannot read now (`lost`)."""
     try:
         with session(library) as loaded:
             count = pynvml.nvmlDeviceGetCount()
-            gpus: List[Gpu] = [_gpu(i) for i in range(count)]
+            gpus, lost = _readable_gpus(count, {g.index: g for g in known})
             inv = Inventory(
                 gpus=tuple(gpus),
                 driver_version=_text(pynvml.nvmlSystemGetDriverVersion()),
                 cuda_driver_version=_cuda_version(pynvml.nvmlSystemGetCudaDriverVersion()),
                 nvml_version=_text(pynvml.nvmlSystemGetNVMLVersion()),
-                library=loaded)
+                library=loaded, lost=lost)
     except NvmlUnavailable as e:
         log.info("0 GPUs: %s", e)
         return Inventory(unavailable=str(e))
@@ -143,7 +192,7 @@ def discover(library: Optional[str] = None) -> Inventory:
     return inv
 
 
-# --- topology and usage (queried on demand; the allocator and usage() use them) ---
+# --- topology (queried at start; the allocator uses it) ---
 
 def _nvlink_peers(handle, bus_to_index: Dict[str, int]) -> Dict[int, int]:
     """NVML index of each GPU at the far end of an active NVLink -> link count."""
@@ -172,11 +221,16 @@ def topology(library: Optional[str] = None) -> Dict[str, Dict]:
     try:
         with session(library):
             count = pynvml.nvmlDeviceGetCount()
-            handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
-            buses = {_text(pynvml.nvmlDeviceGetPciInfo(h).busId).upper(): i
-                     for i, h in enumerate(handles)}
+            handles = {}
             for i in range(count):
-                for j in range(i + 1, count):
+                try:
+                    handles[i] = pynvml.nvmlDeviceGetHandleByIndex(i)
+                except pynvml.NVMLError as e:        # off the bus: far from everything
+                    log.warning("no topology for the GPU at NVML index %d: %s", i, e)
+            buses = {_text(pynvml.nvmlDeviceGetPciInfo(h).busId).upper(): i
+                     for i, h in handles.items()}
+            for i in handles:
+                for j in (j for j in handles if j > i):
                     try:
                         ancestor[(i, j)] = int(pynvml.nvmlDeviceGetTopologyCommonAncestor(
                             handles[i], handles[j]))
@@ -188,27 +242,3 @@ def topology(library: Optional[str] = None) -> Dict[str, Dict]:
     except NvmlUnavailable as e:
         log.info("no topology: %s", e)
     return {"ancestor": ancestor, "nvlinks": nvlinks}
-
-
-def usage(indices: List[int], library: Optional[str] = None) -> Dict[int, Dict]:
-    """Memory, utilisation and compute processes of the GPUs at these NVML indices."""
-    out: Dict[int, Dict] = {}
-    with session(library):
-        for i in indices:
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            mem = pynvml.nvmlDeviceGetMemoryInfo(h)
-            entry: Dict = {"memory_used": int(mem.used), "memory_total": int(mem.total)}
-            try:
-                rates = pynvml.nvmlDeviceGetUtilizationRates(h)
-                entry["gpu_utilization"] = int(rates.gpu)
-                entry["memory_utilization"] = int(rates.memory)
-            except pynvml.NVMLError:
-                entry["gpu_utilization"] = entry["memory_utilization"] = None
-            try:
-                procs = pynvml.nvmlDeviceGetComputeRunningProcesses(h)
-                entry["processes"] = [{"pid": int(p.pid), "memory_used": int(p.usedGpuMemory or 0)}
-                                      for p in procs]
-            except pynvml.NVMLError:
-                entry["processes"] = []
-            out[i] = entry
-    return out

@@ -15,7 +15,10 @@ owner wakes it), one pass compares each holding with what is really there:
   removed as well when its owner is gone; otherwise its owner still reads its exit
   code and removes it);
 - a container prepared and never isolated within --prepare_timeout gives its GPUs
-  back (a Docker one that does run is adopted instead).
+  back (a Docker one that does run is adopted instead);
+- a container the daemon decided to stop for a GPU fault (on record in health.json)
+  that still holds its GPUs is stopped again: Docker did not answer the first time,
+  or the daemon died between the decision and the stop.
 
 The same pass is an isolation auditor: it reads back every isolated container's
 device rules through its isolation backends (the v1 whitelist, the v2 eBPF program,
@@ -199,6 +202,9 @@ class Reconciler:
 
     def _verdict(self, h: Holding, now: float, docker, agents) -> Optional[Tuple[str, str, bool]]:
         """(reason, why, stop the container too) when the holding must go, else None."""
+        stop = self.service.fault_stop(h)
+        if stop is not None:      # a stop for a GPU fault that did not happen (yet)
+            return "gpu_unhealthy", stop.message, True
         o = h.owner
         if o is not None and not o.alive():
             return "owner_gone", f"its owner, {o.describe()}, is gone", True

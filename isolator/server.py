@@ -152,23 +152,15 @@ def content_length(headers: Dict[str, str]) -> int:
 
 
 class AgentServer:
-    def __init__(self, socket_path: str, service: AgentService, workers: int = WORKERS) -> None:
+    """The executors' API on the unix socket; MetricsServer (metrics_server.py) is the
+    same server on a TCP address with the read-only routes only."""
+    worker_name = "api-worker"
+
+    def __init__(self, socket_path: str, service: AgentService, workers: int = WORKERS,
+                 latency: Optional[metrics.Histograms] = None) -> None:
         self.socket_path = socket_path
         self.service = service
-        try:
-            os.unlink(socket_path)        # left by a daemon that died (the lock says none runs)
-        except FileNotFoundError:
-            pass
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old = os.umask(0o177)             # the socket is born 0600
-        try:
-            self.sock.bind(socket_path)
-        except OSError as e:              # e.g. a path longer than a unix socket allows
-            self.sock.close()
-            raise UserError(f"cannot listen on {socket_path}: {e.strerror or e}") from None
-        finally:
-            os.umask(old)
-        os.chmod(socket_path, 0o600)
+        self.sock = self._listen()
         self.backlog = somaxconn()
         self.sock.listen(self.backlog)
         self.sock.setblocking(False)
@@ -180,14 +172,34 @@ class AgentServer:
         self._work: "queue.Queue[Optional[Tuple[_Connection, Request]]]" = queue.Queue(QUEUE_LIMIT)
         self._stop = threading.Event()
         self._connections: Dict[int, _Connection] = {}
-        self._workers = [threading.Thread(target=self._worker, name=f"api-worker-{i}",
+        self._workers = [threading.Thread(target=self._worker, name=f"{self.worker_name}-{i}",
                                           daemon=True) for i in range(workers)]
-        self.latency = metrics.Histograms()
+        self.latency = latency if latency is not None else metrics.Histograms()
         self.routes: Dict[str, Tuple[str, Callable[[Request, _Connection], object]]] = {
             "/v1/prepare": ("POST", self._prepare), "/v1/isolate": ("POST", self._isolate),
             "/v1/update": ("POST", self._update), "/v1/cleanup": ("POST", self._cleanup),
             "/v1/usage": ("GET", self._usage), "/v1/info": ("GET", self._info),
-            "/metrics": ("GET", self._metrics)}
+            "/v1/health": ("GET", self._health), "/metrics": ("GET", self._metrics)}
+
+    def _listen(self) -> socket.socket:
+        try:
+            os.unlink(self.socket_path)   # left by a daemon that died (the lock says none runs)
+        except FileNotFoundError:
+            pass
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)             # the socket is born 0600
+        try:
+            sock.bind(self.socket_path)
+        except OSError as e:              # e.g. a path longer than a unix socket allows
+            sock.close()
+            raise UserError(f"cannot listen on {self.socket_path}: {e.strerror or e}") from None
+        finally:
+            os.umask(old)
+        os.chmod(self.socket_path, 0o600)
+        return sock
+
+    def _peer(self, sock: socket.socket) -> int:
+        return _peer_pid(sock)
 
     # --- the I/O thread -----------------------------------------------------------------------
 
@@ -226,7 +238,7 @@ class AgentServer:
                 return
             sock.setblocking(False)
             try:
-                pid = _peer_pid(sock)
+                pid = self._peer(sock)
             except OSError:
                 sock.close()
                 continue
@@ -430,13 +442,16 @@ class AgentServer:
         ids = request.query.get("container_id")
         if not ids:
             raise BadRequest("'container_id' is missing from the query (?container_id=ID)")
-        return self.service.usage(api.check_container_id(ids[0]))
+        return self.service.usage(api.check_container_id(ids[0])).to_json()
 
     def _info(self, request: Request, conn: _Connection):
         return self.service.info()
 
+    def _health(self, request: Request, conn: _Connection):
+        return self.service.health_report().to_json()
+
     def _metrics(self, request: Request, conn: _Connection) -> str:
-        return metrics.render(self.service.info(), self.latency)
+        return metrics.render(self.service, self.latency)
 
     # --- stopping -----------------------------------------------------------------------------
 
@@ -455,6 +470,9 @@ class AgentServer:
         except Exception:
             pass
         self.sock.close()
+        self._unlink()
+
+    def _unlink(self) -> None:
         try:
             os.unlink(self.socket_path)
         except FileNotFoundError:

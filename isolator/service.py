@@ -15,6 +15,11 @@ Every holding names its owner, the process that prepared it (the kernel says who
 called, see owner.py): only the owner may isolate or resize it, a MESOS
 container's process must be the owner or one of its descendants, and cleanup
 kills only the process the daemon placed and what that process started.
+
+GPU health (gpu_health.py, health_monitor.py): a GPU that is not healthy is
+never allocated; a fault that loses the work on a GPU stops the containers
+holding it (gpu_fault, unless --on_gpu_fault=keep), and their owners learn why
+from cleanup's answer (`stopped`), before and after a restart of the daemon.
 """
 import logging
 import os
@@ -24,15 +29,18 @@ from collections import Counter
 from dataclasses import replace
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from isolator import cgroup_host, cgroup_paths, crashpoints, devices, nvml
+from isolator import (cgroup_host, cgroup_paths, crashpoints, devices, nvml, nvml_health,
+                      process_containers)
 from isolator.allocator import Allocator
-from isolator.api import (DOCKER, MESOS, Cleanup, CleanupRequest, Grant, GrantedGpu,
-                          IsolateRequest, PrepareRequest, UpdateRequest, Volume,
+from isolator.api import (DOCKER, MESOS, Cleanup, CleanupRequest, Grant, GpuFaultStop,
+                          GpuHealth, GpuUsage, GrantedGpu, IsolateRequest, NodeHealth,
+                          PrepareRequest, ProcessUsage, UpdateRequest, Usage, Volume,
                           check_container_id)
 from isolator.container_cgroups import CgroupVanished, ContainerCgroups
 from isolator.docker_state import DockerState, DockerUnavailable
 from isolator.errors import BadRequest, Conflict, Forbidden, Gone, NotFound, Unavailable
 from isolator.gpu import Gpu, Inventory
+from isolator.gpu_health import UNHEALTHY, Fault, HealthBook, Stop
 from isolator.ledger import Holding, Ledger
 from isolator.owner import Owner, Placed, is_descendant
 from isolator.recovery import Recovery, Report
@@ -46,7 +54,8 @@ class AgentService:
     def __init__(self, *, inventory: Inventory, managed: Sequence[Gpu], topology: Topology,
                  ledger: Ledger, cgroups: ContainerCgroups, dev_dir: str = "/dev",
                  docker: Optional[DockerState] = None, volume: Optional[Dict] = None,
-                 nvml_library: Optional[str] = None, prepare_timeout: float = 600.0) -> None:
+                 nvml_library: Optional[str] = None, prepare_timeout: float = 600.0,
+                 health: Optional[HealthBook] = None, kill_on_fault: bool = True) -> None:
         self.inventory = inventory
         self.gpus: Dict[int, Gpu] = {g.minor: g for g in managed}
         self.allocator = Allocator(managed, topology)
@@ -63,6 +72,9 @@ class AgentService:
         self._control_read: Tuple[float, List[devices.DeviceNode]] = (0.0, [])
         self.counters: Counter = Counter()        # releases by reason, drift repairs, ...
         self._owner_listeners: List[Callable[[Owner], None]] = []
+        self.health = health                      # None: every GPU counts as healthy
+        self.kill_on_fault = kill_on_fault
+        self.monitor = None                       # the HealthMonitor, when one runs
 
     # --- start-up and shutdown -------------------------------------------------------------
 
@@ -130,6 +142,9 @@ class AgentService:
         self.ledger.remove(h.container_id)
         self._compact_if_large()
 
+    def _unhealthy(self) -> Dict[int, str]:
+        return self.health.not_healthy() if self.health is not None else {}
+
     def _compact_if_large(self) -> None:
         if self.ledger.needs_compaction():
             self.ledger.compact(self.holdings)
@@ -168,10 +183,10 @@ class AgentService:
                     return self._grant(held)          # the same request again: a retry
                 raise Conflict(f"container {request.container_id} is already prepared "
                                f"(holding GPUs {list(held.gpus)}, by {held.owner.describe() if held.owner else 'an unknown process'})")
-            chosen = self.allocator.allocate(request.gpus)
+            chosen = self.allocator.allocate(request.gpus, unhealthy=self._unhealthy())
             h = Holding(request.container_id, request.container_type,
                         tuple(g.minor for g in chosen), tuple(g.uuid for g in chosen),
-                        "prepared", time.time(), caller)
+                        "prepared", time.time(), caller, task=request.task)
             try:
                 self._put(h)
             except OSError:
@@ -272,7 +287,7 @@ class AgentService:
             return self._grant(h)
 
     def _grow(self, h: Holding, more: int) -> Holding:
-        added = self.allocator.allocate(more, held=h.gpus)
+        added = self.allocator.allocate(more, held=h.gpus, unhealthy=self._unhealthy())
         new = replace(h, gpus=h.gpus + tuple(g.minor for g in added),
                       uuids=h.uuids + tuple(g.uuid for g in added))
         self._put(new)
@@ -311,6 +326,12 @@ class AgentService:
         emptied and removed, its GPUs back. A Docker container is the caller's to
         remove (the reconciler removes one whose owner is gone)."""
         with self.lock:
+            # stopped for a GPU fault: said even when the owner's cleanup overtakes the
+            # stop (a Docker container is removed outside the lock)
+            stop = self.health.stop_of(request.container_id) if self.health else None
+            stopped = GpuFaultStop(stop.message, stop.uuids, stop.xid) if stop else None
+            if stopped is not None and request.container_id not in self.holdings:
+                return Cleanup(request.container_id, stopped=stopped)
             h = self._get(request.container_id)
             killed = self._remove_cgroups(h)
             crashpoints.reached("cleanup:after_kernel", h.container_id)
@@ -319,7 +340,7 @@ class AgentService:
                 log.info("cleanup of %s killed %d leftover process(es)", h.container_id,
                          len(killed))
             log.info("cleaned up %s: GPUs %s back to the pool", h.container_id, list(h.gpus))
-            return Cleanup(h.container_id, h.gpus, tuple(killed))
+            return Cleanup(h.container_id, h.gpus, tuple(killed), stopped)
 
     def _remove_cgroups(self, h: Holding) -> List[int]:
         if h.container_type != MESOS:
@@ -370,24 +391,67 @@ class AgentService:
                 log.info("container %s: its Docker container %s runs: recorded as isolated",
                          h.container_id, docker_id[:12])
 
-    def usage(self, container_id: str) -> Dict:
+    def usage(self, container_id: str) -> Usage:
+        """The container's GPUs now: the whole GPU's figures, and its own processes'."""
         with self.lock:
             h = self._get(container_id)
             gpus = [self.gpus[m] for m in h.gpus if m in self.gpus]
-            pids = set(self.cgroups.procs(h.cgroups) or ()) if h.container_type == MESOS else set()
-        try:
-            figures = nvml.usage([g.index for g in gpus], self.nvml_library) if gpus else {}
-        except nvml.NvmlUnavailable as e:
-            raise Unavailable(f"NVML: {e}") from None
-        per_gpu = []
-        for g in gpus:
-            f = figures[g.index]
-            for p in f["processes"]:
-                p["in_container"] = p["pid"] in pids if pids else None
-            per_gpu.append({"minor": g.minor, "uuid": g.uuid, "index": g.index, **f})
-        return {"container_id": h.container_id, "gpus": per_gpu,
-                "memory_used": sum(f["memory_used"] for f in per_gpu),
-                "memory_total": sum(f["memory_total"] for f in per_gpu)}
+        samples = {}
+        if gpus:
+            try:
+                with nvml.session(self.nvml_library):
+                    samples = {g.index: nvml_health.sample(g.index) for g in gpus}
+            except nvml.NvmlUnavailable as e:
+                raise Unavailable(f"NVML: {e}") from None
+        return Usage(h.container_id, tuple(gpu_usage(g, samples[g.index], h) for g in gpus))
+
+    # --- GPU health -----------------------------------------------------------------------------
+
+    def gpu_fault(self, minor: int, fault: Fault) -> None:
+        """A fault on a managed GPU (from the health monitor): unhealthy now, and when
+        the fault loses the work on it, the containers holding it are stopped."""
+        if self.health is None or minor not in self.gpus:
+            return
+        self.health.fault(minor, fault)
+        if not (fault.kills and self.kill_on_fault):
+            return
+        with self.lock:
+            holders = [h for h in self.holdings.values() if minor in h.gpus]
+        gpu = self.gpus[minor]
+        for h in holders:
+            message = f"GPU {minor} ({gpu.uuid}) became unhealthy: {fault.detail}"
+            if self.fault_stop(h) is None:   # a condition that holds comes back every poll
+                self.health.record_stop(Stop(h.container_id, message, (minor,), (gpu.uuid,),
+                                             fault.xid, time.time()))
+                with self.lock:
+                    self.counters["gpu_fault_stops"] += 1
+            crashpoints.reached("gpu_fault:after_record", h.container_id)
+            # not done (Docker did not answer, the holding changed meanwhile, the daemon
+            # died): the reconciler stops it, the stop being on record
+            self.release(h, "gpu_unhealthy", message)
+
+    def fault_stop(self, h: Holding) -> Optional[Stop]:
+        """The stop decided for this container because a GPU it held got a fault that
+        loses the work on it; None when none was (since it was prepared)."""
+        stop = self.health.stop_of(h.container_id) if self.health is not None else None
+        return stop if stop is not None and stop.at >= h.prepared_at else None
+
+    def health_report(self) -> NodeHealth:
+        if self.health is None:
+            return NodeHealth((), "off")
+        with self.lock:
+            holder = {m: cid for cid, h in self.holdings.items() for m in h.gpus}
+        snapshot = self.monitor.snapshot() if self.monitor is not None else {}
+        gpus = []
+        for s in self.health.all():
+            g = self.gpus[s.minor]
+            gpus.append(GpuHealth(
+                minor=s.minor, index=g.index, uuid=g.uuid, name=g.name, state=s.state,
+                since=s.since, reason=s.reason, cause=s.cause, xid=s.xid,
+                self_check_at=s.quiet_until if s.state == UNHEALTHY else None,
+                container_id=holder.get(s.minor, "")))
+        return NodeHealth(tuple(gpus), snapshot.get("status", "not monitored"),
+                          snapshot.get("sampled_at", 0.0))
 
     def info(self) -> Dict:
         with self.lock:
@@ -403,4 +467,22 @@ class AgentService:
                     "ledger": {"path": self.ledger.path, "journal": self.ledger.journal_path,
                                "writes": self.ledger.writes},
                     "counters": dict(self.counters),
+                    "unhealthy": {str(m): why for m, why in self._unhealthy().items()},
                     "containers": {cid: h.to_json() for cid, h in self.holdings.items()}}
+
+
+def gpu_usage(g: Gpu, sample: nvml_health.DeviceSample, h: Holding) -> GpuUsage:
+    """One GPU of a container: the GPU's figures, and those of the container's processes."""
+    mine = process_containers.of_processes([p.pid for p in sample.processes], h)
+    processes = tuple(ProcessUsage(p.pid, p.memory_used, p.sm_utilization, mine[p.pid])
+                      for p in sample.processes)
+    own = [p for p in processes if p.in_container]
+    sm = [p.sm_utilization for p in own if p.sm_utilization is not None]
+    return GpuUsage(minor=g.minor, uuid=g.uuid, index=g.index,
+                    memory_used=sample.memory_used or 0,
+                    memory_total=sample.memory_total or g.memory_total,
+                    gpu_utilization=sample.gpu_utilization,
+                    memory_utilization=sample.memory_utilization,
+                    task_memory_used=sum(p.memory_used for p in own),
+                    task_sm_utilization=min(100, sum(sm)) if sm else (0 if own else None),
+                    processes=processes)

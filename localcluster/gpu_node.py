@@ -9,7 +9,10 @@ With a fake NVML layout (a host without GPUs):
   real read-only driver volume;
 - `mesos-gpu agent flags`: the --resources / --attributes its Mesos agent gets;
   `cpuinfo` (a recorded /proc/cpuinfo) gives the node a CPU of its own, for its
-  platform_features (its Mesos agent needs MESOS_GPU_CPUINFO too, for executors).
+  platform_features (its Mesos agent needs MESOS_GPU_CPUINFO too, for executors);
+- `metrics_address`: the daemon's read-only HTTP endpoint (/metrics, /v1/health),
+  also in the agent flags (attribute gpu_metrics_port); `nvml`: the fake NVML's
+  fault control (localcluster/fake_nvml/control.py) of a simulated node.
 
 With no layout (a host with an NVIDIA driver): the host's own NVML, /dev and
 driver files, so the demo runs on real GPUs the same way.
@@ -24,13 +27,14 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, Optional, Sequence
 
 from isolator import cgroup_host, platform_features
 from isolator.client import AgentClient
 from localcluster import device_nodes
 from localcluster.processes import remove_cgroup_tree
 from localcluster import driver_files, fake_nvml
+from localcluster.fake_nvml.control import Control
 
 READY_LINE = "serving the agent API"
 MESOS_GPU = [sys.executable, "-m", "mesos_gpu"]
@@ -45,7 +49,9 @@ class GpuNode:
     """Device nodes + agent daemon; `flags()` for the Mesos agent."""
 
     def __init__(self, layout: Optional[fake_nvml.Layout], docker_host: Optional[str] = None,
-                 volume: bool = True, cpuinfo: Optional[str] = None) -> None:
+                 volume: bool = True, cpuinfo: Optional[str] = None,
+                 metrics_address: Optional[str] = None,
+                 daemon_args: Sequence[str] = ()) -> None:
         self.layout = layout
         self.cpuinfo = cpuinfo          # a recorded /proc/cpuinfo: the node's simulated CPU
         self.docker_host = docker_host
@@ -57,6 +63,9 @@ class GpuNode:
         self.proc: Optional[subprocess.Popen] = None
         self.log_path = self.dir / "agent.log"
         self.client = AgentClient(str(self.socket), timeout=30)
+        self.metrics_address = metrics_address
+        self.daemon_args = list(daemon_args)
+        self.nvml = Control(self.dir / "nvml.control") if self.simulated else None
 
     @property
     def socket(self) -> Path:
@@ -77,15 +86,17 @@ class GpuNode:
             env = dict(os.environ)
         else:
             env = {k: v for k, v in os.environ.items()
-                   if k not in ("FAKE_NVML_CONFIG", "MESOS_GPU_NVML_LIBRARY", "FAKE_NVML_INIT_ERROR")}
-            env.update(self.layout.env())
+                   if k not in ("FAKE_NVML_CONFIG", "MESOS_GPU_NVML_LIBRARY", "FAKE_NVML_INIT_ERROR",
+                                "FAKE_NVML_CONTROL")}
+            env.update(self.layout.env(control=self.nvml.path))
         if self.cpuinfo:
             env[platform_features.ENV_CPUINFO] = str(self.cpuinfo)
         return env
 
     def start(self) -> "GpuNode":
         args = ["agent", "--work_dir", str(self.work_dir), "--cgroups_root", self.cgroups_root,
-                "--docker_socket", self.docker_host or "none", "--ledger_flush_interval", "0.2"]
+                "--docker_socket", self.docker_host or "none", "--ledger_flush_interval", "0.2",
+                *self._metrics_flag(), *self.daemon_args]
         if self.simulated:
             device_nodes.make_device_nodes(self.dev_dir, self.minors)
             args += ["--dev_dir", str(self.dev_dir), "--device_cgroup", "v1"]
@@ -94,11 +105,12 @@ class GpuNode:
             args += ["--driver_root", str(root), "--volume_root", str(self.dir / "volumes")]
         else:
             args += ["--driver_volume", "none"]
+        logged = len(self.log())
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(MESOS_GPU + args, env=self.env(), stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 120
-        while READY_LINE not in self.log():
+        while READY_LINE not in self.log()[logged:]:
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeError(f"agent daemon did not start:\n{self.log()}")
@@ -107,6 +119,13 @@ class GpuNode:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def crash(self) -> None:
+        """SIGKILL the daemon alone (its work dir, ledger and health file stay);
+        `start()` runs it again on them."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
 
     def start_lines(self) -> list[str]:
         """What the daemon logged while starting (GPUs found, volume, ledger), without
@@ -119,10 +138,17 @@ class GpuNode:
                 lines.append(re.sub(r"^\S+ \S+ ", "", line))
         return lines
 
+    def _metrics_flag(self) -> list[str]:
+        return ["--metrics_address", self.metrics_address] if self.metrics_address else []
+
+    @property
+    def metrics_url(self) -> Optional[str]:
+        return f"http://{self.metrics_address}" if self.metrics_address else None
+
     def flags(self, cpus: float = 4, mem: int = 4096) -> tuple[str, str]:
         """(MESOS_RESOURCES, MESOS_ATTRIBUTES) from `mesos-gpu agent flags`."""
-        out = subprocess.run(MESOS_GPU + ["agent", "flags"], env=self.env(), check=True,
-                             capture_output=True, text=True).stdout
+        out = subprocess.run(MESOS_GPU + ["agent", "flags", *self._metrics_flag()],
+                             env=self.env(), check=True, capture_output=True, text=True).stdout
         resources = re.search(r"--resources=(\S+)", out).group(1)
         attributes = re.search(r"--attributes=(\S+)", out).group(1)
         return f"cpus:{cpus};mem:{mem};disk:1000;{resources}", attributes

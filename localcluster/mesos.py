@@ -8,6 +8,10 @@ Three ways to run it, each process in its own run dir under a temp dir:
     Master(env)                                master only
     Agent(master, resources, attributes, hostname, env)   one agent process
 
+    ZkMaster(zk_url, quorum, env)                  a master contending on ZooKeeper
+    MasterQuorum(zookeeper, count=3, quorum=2)     `count` ZkMasters: one leads, the
+                                                   registry is a replicated log of `quorum`
+
 All are configured by MESOS_* environment, as the real binaries are: `env`
 overrides the defaults (MESOS_LAUNCHER=posix, MESOS_ISOLATION, MESOS_RESOURCES...).
 `start()` returns once the daemon answers (an agent: once it has registered);
@@ -27,12 +31,13 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
-from typing import Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Union
 
 from localcluster import processes
 from localcluster.paths import BUILD_DIR, LocalClusterError
@@ -410,6 +415,108 @@ class Agent(_MesosProcess):
         processes.wait_until(self.ready, timeout, f"agent {self.address} registered",
                              self._died, interval=0.2)
         return self.id
+
+
+class ZkMaster(Master):
+    """A master that contends for leadership on ZooKeeper (`MESOS_ZK`) and keeps
+    its registry in a replicated log whose replicas find each other there
+    (`MESOS_QUORUM` must agree): the launcher's real-master mode, as
+    `mesos-master --zk=... --quorum=...` runs. Ready once some master leads."""
+
+    def __init__(self, zk_url: str, quorum: int, env: Optional[Dict[str, str]] = None):
+        super().__init__({"MESOS_ZK": zk_url, "MESOS_QUORUM": str(quorum),
+                          "MESOS_REGISTRY": "replicated_log", **(env or {})})
+
+    def _answers(self) -> bool:
+        """/master/health answers on every master, leading or not."""
+        try:
+            with urllib.request.urlopen(self.url + "/master/health", timeout=2):
+                return True
+        except OSError:
+            return False
+
+    def leader(self) -> Optional[str]:
+        """`host:port` of the leading master as this one knows it (None: none yet).
+        A master that does not lead redirects /master/state to the one that does."""
+        try:
+            leader = _get_json(self.url + "/master/state", timeout=3).get("leader", "")
+        except (OSError, ValueError):
+            return None
+        return leader.split("@", 1)[1] if "@" in leader else None
+
+    def ready(self) -> bool:
+        return self.leader() is not None
+
+    @property
+    def leading(self) -> bool:
+        return self.pid is not None and self.leader() == self.address
+
+
+class MasterQuorum(_MasterApi):
+    """`count` masters on one ZooKeeper path (`zookeeper.url(path)`), a replicated
+    log of `quorum`: the way Mesos runs highly available. They start together
+    (a new log initialises only when all its replicas answer); `leader()` is the
+    one elected; kill it with `.crash()` and another takes over once its
+    ZooKeeper session expires (MESOS_ZK_SESSION_TIMEOUT, 2 s here by default)."""
+
+    def __init__(self, zookeeper: Any, count: int = 3, quorum: int = 2, path: str = "/mesos",
+                 env: Optional[Dict[str, str]] = None):
+        self.url = zookeeper.url(path)
+        env = {"MESOS_ZK_SESSION_TIMEOUT": "2secs", **(env or {})}
+        self.masters = [ZkMaster(self.url, quorum, env) for _ in range(count)]
+
+    @property
+    def address(self) -> str:
+        """Where agents and frameworks find the leading master: `zk://.../mesos`."""
+        return self.url
+
+    def start(self) -> "MasterQuorum":
+        errors: List[BaseException] = []
+
+        def start(master: ZkMaster) -> None:
+            try:
+                master.start()
+            except BaseException as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+        threads = [threading.Thread(target=start, args=(m,)) for m in self.masters]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if errors:
+            self.stop()
+            raise errors[0]
+        log.info("%d masters on %s, leader %s", len(self.masters), self.url,
+                 self.leader().address)
+        return self
+
+    def leader(self, timeout: float = 30.0) -> ZkMaster:
+        """The leading master (waits until one leads)."""
+        return processes.wait_until(
+            lambda: next((m for m in self.masters if m.pid is not None and m.leading), None),
+            timeout, f"a leading master on {self.url}")
+
+    def agents(self) -> List[Dict]:
+        return _get_json(self.leader().url + "/master/slaves")["slaves"]
+
+    def state(self) -> Dict:
+        return _get_json(self.leader().url + "/master/state")
+
+    def _died(self) -> Optional[str]:
+        return None
+
+    def stop(self) -> None:
+        for master in self.masters:
+            master.stop()
+
+    def __enter__(self) -> "MasterQuorum":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"<MasterQuorum {self.url}>"
 
 
 def _remove_cgroups(root_name: str) -> None:

@@ -31,6 +31,12 @@ Function scope (everything started is stopped when the test ends)
 - `mesos_agent(master, resources, attributes="", hostname="127.0.0.1", env=None)`
   -> localcluster.mesos.Agent: one agent process, returned once it has registered.
   `.address`, `.state()` (agent /state), `.id`, `.run_dir`, `.stop()`.
+- `zookeeper` -> localcluster.zookeeper.ZooKeeper: a started ZooKeeper server (Debian's
+  `zookeeper`) of the test's own on 127.0.0.1; `.hosts`, `.url(path)`, `.crash()`,
+  `.restart()`, `.pause()`, `.resume()`.
+- `mesos_quorum(zookeeper, count=3, quorum=2, env=None)` -> localcluster.mesos.MasterQuorum:
+  `count` real masters electing a leader on ZooKeeper, a replicated-log registry;
+  `.address` is `zk://.../mesos` (for agents and frameworks), `.leader()`, `.masters`.
 - `mesos_gpu_cli(*args, env=None, timeout=60)` -> subprocess.CompletedProcess (text):
   runs the installed `mesos-gpu` console script of this venv with os.environ plus
   `env`; when `env` is a layout's `.env()`, the NVML variables come from it alone.
@@ -50,6 +56,7 @@ import pytest
 
 from localcluster import fake_nvml, mesos
 from localcluster.docker_engine import DockerEngine
+from localcluster.zookeeper import ZooKeeper
 from localcluster.paths import LocalClusterError
 
 NVML_VARS = ("FAKE_NVML_CONFIG", "MESOS_GPU_NVML_LIBRARY", "FAKE_NVML_INIT_ERROR")
@@ -146,6 +153,20 @@ def mesos_agent(_mesos_daemons):
     def start(master, resources: str, attributes: str = "", hostname: str = "127.0.0.1",
               env: Optional[Dict[str, str]] = None) -> mesos.Agent:
         return _mesos_daemons.start(mesos.Agent(master, resources, attributes, hostname, env))
+    return start
+
+
+@pytest.fixture
+def zookeeper() -> Iterator[ZooKeeper]:
+    with ZooKeeper() as server:
+        yield server
+
+
+@pytest.fixture
+def mesos_quorum(_mesos_daemons):
+    def start(zookeeper: ZooKeeper, count: int = 3, quorum: int = 2,
+              env: Optional[Dict[str, str]] = None) -> mesos.MasterQuorum:
+        return _mesos_daemons.start(mesos.MasterQuorum(zookeeper, count, quorum, env=env))
     return start
 
 

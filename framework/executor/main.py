@@ -13,10 +13,14 @@ For each task (its TaskSpec is in TaskInfo.data, see framework.taskinfo):
 5. TASK_RUNNING (labels: granted GPU UUIDs, container id), follows it to its
    end, running its Mesos-level health check (framework.executor.health) and
    reporting each change of health as TASK_RUNNING with `healthy`; a task that
-   fails too many checks is killed (TASK_KILLED, healthy false);
+   fails too many checks is killed (TASK_KILLED, healthy false); while it runs,
+   its GPU usage goes out in TASK_RUNNING updates' data (usage_reporter.py);
 6. always cleans up (container removed, GPUs returned to the daemon) and only
    then sends TASK_FINISHED, TASK_FAILED with the exit code, or TASK_KILLED:
-   Mesos offers the GPUs again once that update is acknowledged.
+   Mesos offers the GPUs again once that update is acknowledged. A container
+   the daemon stopped because its GPU became unhealthy (an XID, a double-bit
+   ECC error, the GPU off the bus) is TASK_FAILED with the daemon's reason
+   (REASON_CONTAINER_LIMITATION, label mesos-gpu.gpu_fault), retried elsewhere.
 
 A failure before the start is TASK_FAILED with the reason, labelled
 `mesos-gpu.retry=false` when retrying cannot help. The executor exits once
@@ -49,10 +53,11 @@ from framework.executor.host_ports import check_free
 from framework.executor.launch_errors import TaskFailure
 from framework.executor import variant_check
 from framework.health_check import COMMAND, HealthCheckError
+from framework.executor.usage_reporter import UsageReporter
 from framework.task_spec import DOCKER, TaskSpec
 from framework.executor.mesos_container import (MesosHostContainer, MesosImageContainer,
                                                become_subreaper)
-from isolator.api import Grant
+from isolator.api import Grant, GpuFaultStop, TaskLabels
 from isolator.client import AgentClient, AgentError
 from volumes.environment import DEFAULT_PATH
 from common.errors import UserError
@@ -170,12 +175,14 @@ class TaskRun:
         self.checker: Optional[HealthChecker] = None
         self.unhealthy: Optional[HealthStatus] = None   # killed for failing its checks
         self.running_labels: Mapping[str, str] = {}
+        self.usage: Optional[UsageReporter] = None
         self._lock = threading.Lock()
 
     # -- status updates -------------------------------------------------------------------
 
     def send(self, state: str, message: str = "", reason: Optional[str] = None,
-             labels: Optional[Mapping[str, str]] = None, healthy: Optional[bool] = None) -> None:
+             labels: Optional[Mapping[str, str]] = None, healthy: Optional[bool] = None,
+             data: Optional[str] = None) -> None:
         status: dict[str, Any] = {"task_id": {"value": self.task_id}, "state": state,
                                   "timestamp": time.time()}
         if message:
@@ -186,6 +193,8 @@ class TaskRun:
             status["labels"] = taskinfo.labels(labels)
         if healthy is not None:
             status["healthy"] = healthy
+        if data:
+            status["data"] = data
         log.info("task %s: %s %s", self.task_id, state, message)
         self.driver.sendStatusUpdate(status)
 
@@ -202,11 +211,14 @@ class TaskRun:
             outcome = Outcome("TASK_FAILED", f"executor error: {e}", "REASON_EXECUTOR_TERMINATED")
         if self.checker is not None:
             self.checker.stop()
+        usage = self.usage.stop() if self.usage is not None else None
         try:
-            self._clean_up()
+            stopped = self._clean_up()
+            if stopped is not None and outcome.state != "TASK_KILLED":
+                outcome = gpu_fault_outcome(stopped)
         finally:
             self.send(outcome.state, outcome.message, outcome.reason, outcome.labels,
-                      outcome.healthy)
+                      healthy=outcome.healthy, data=usage)
             self._discard_files()
             self.done.set()
             self.executor.task_done(self)
@@ -227,11 +239,16 @@ class TaskRun:
             return Outcome("TASK_FAILED", str(e), e.reason,
                            {taskinfo.RETRY_LABEL: "true" if e.retry else "false"})
         uuids = ",".join(grant.uuids if grant else ())
+        running = f"running as {self.container.describe()}"
         self.running_labels = {taskinfo.GPUS_LABEL: uuids,
                                taskinfo.CONTAINER_LABEL: self.container_id}
-        self.send("TASK_RUNNING", f"running as {self.container.describe()}",
-                  labels=self.running_labels)
+        self.send("TASK_RUNNING", running, labels=self.running_labels)
         self._watch_health(spec)
+        if grant is not None and grant.gpus:
+            self.usage = UsageReporter(
+                self.executor.agent, self.container_id,
+                lambda data: self.send("TASK_RUNNING", running, labels=self.running_labels,
+                                       data=data)).start()
         code = self.container.wait()
         if self.unhealthy is not None:
             status = self.unhealthy
@@ -332,7 +349,12 @@ class TaskRun:
                      socket_path)
             return None
         try:
-            grant = self.executor.agent.prepare(self.container_id, spec.gpus, spec.container)
+            grant = self.executor.agent.prepare(self.container_id, spec.gpus, spec.container,
+                                                task=TaskLabels(
+                                                    self.task_id,
+                                                    os.environ.get("MESOS_FRAMEWORK_ID", ""),
+                                                    os.environ.get("MESOS_EXECUTOR_ID", ""),
+                                                    spec.app_id))
         except AgentError as e:
             retry = e.status in (409, 503)
             raise TaskFailure(f"the agent daemon could not give {spec.gpus} GPU(s): {e}",
@@ -371,7 +393,8 @@ class TaskRun:
             except Exception:
                 log.exception("task %s: removing its files failed", self.task_id)
 
-    def _clean_up(self) -> None:
+    def _clean_up(self) -> Optional[GpuFaultStop]:
+        """Container and GPUs gone; what the daemon says if it stopped the container."""
         with self._lock:
             container = self.container
         if container is not None:
@@ -381,12 +404,21 @@ class TaskRun:
                 log.exception("task %s: removing its container failed", self.task_id)
         if self.prepared:
             try:
-                self.executor.agent.cleanup(self.container_id)
+                done = self.executor.agent.cleanup(self.container_id)
                 log.info("task %s: GPUs of %s returned", self.task_id, self.container_id)
+                return done.stopped
             except AgentError as e:
                 if e.status != 404:
                     log.error("task %s: cleanup of %s failed: %s", self.task_id,
                               self.container_id, e)
+        return None
+
+
+def gpu_fault_outcome(stopped: GpuFaultStop) -> Outcome:
+    """The daemon stopped the container: a GPU of it went bad. Another GPU may do."""
+    return Outcome("TASK_FAILED", f"stopped by the agent daemon: {stopped.message}",
+                   "REASON_CONTAINER_LIMITATION",
+                   {taskinfo.RETRY_LABEL: "true", taskinfo.GPU_FAULT_LABEL: stopped.message})
 
 
 class GpuExecutor(Executor):

@@ -1,6 +1,6 @@
 """What the API's route handlers work with, handed to each `api_*` module."""
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from framework.leadership import Leadership
 from framework.marathon.app_service import AppService
@@ -21,6 +21,7 @@ class ApiContext:
     info: Callable[[], dict]          # GET /v2/info
     leadership: Leadership
     metrics: Metrics
+    gpu_health: Any = None            # framework.gpu_health.GpuHealthView (GET /v2/nodes)
 
     @classmethod
     def build(cls, registry: Registry, policy: DockerPolicy, info: Callable[[], dict],

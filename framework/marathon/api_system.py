@@ -54,8 +54,9 @@ class SystemResource:
         if refused:
             raise ApiError(422, {"message": f"{' and '.join(refused)} on abdication is not "
                                             f"supported by this framework: its state is the "
-                                            f"SQLite file in --state_dir; copy it with the "
-                                            f"framework stopped"})
+                                            f"SQLite file in --state_dir (or, with --zk, the "
+                                            f"nodes below the ZooKeeper path); copy it with "
+                                            f"the framework stopped"})
         if not self.api.leadership.is_leader():
             raise message(404, "There is no leader")
         # Answer first, as Marathon does: giving up leadership stops the

@@ -51,7 +51,11 @@ class EventBus:
                 self._subscribers.remove(subscription)
 
     def publish(self, event_type: str, **fields) -> dict:
-        event = dict(fields, eventType=event_type, timestamp=format_timestamp())
+        return self.relay(dict(fields, eventType=event_type, timestamp=format_timestamp()))
+
+    def relay(self, event: dict) -> dict:
+        """Publish an event as it is (another instance's, with its eventType and timestamp)."""
+        event_type = event["eventType"]
         frame = (f"event: {event_type}\ndata: "
                  f"{json.dumps(event, separators=(',', ':'))}\n\n").encode()
         with self._lock:

@@ -8,14 +8,15 @@ makes goes in that resource's service.
 import logging
 import time
 
-from framework.marathon import api_apps, api_groups, api_system, api_tasks, api_unsupported
+from framework.marathon import (api_apps, api_groups, api_nodes, api_system, api_tasks,
+                                api_unsupported)
 from framework.marathon.api_context import ApiContext
 from framework.marathon.routing import Request, Response, Router
 
 log = logging.getLogger(__name__)
 
 VERSION = "1.10.26-mesos-gpu"
-MODULES = (api_system, api_apps, api_groups, api_tasks, api_unsupported)
+MODULES = (api_system, api_apps, api_groups, api_tasks, api_nodes, api_unsupported)
 
 
 class MarathonApi:

@@ -147,6 +147,13 @@ class Authenticator:
                 raise UserError(f"--http_token_file {token_file}: the file is empty")
         return cls(credentials, token)
 
+    def authorization(self) -> Optional[str]:
+        """The Authorization header this authenticator lets in (None: open): what
+        an instance sends to another one (framework.marathon.event_relay)."""
+        if self._basic is not None:
+            return f"Basic {self._basic}"
+        return f"Bearer {self._token}" if self._token is not None else None
+
     @property
     def enabled(self) -> bool:
         return self._basic is not None or self._token is not None

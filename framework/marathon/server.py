@@ -30,6 +30,9 @@ class MarathonHttpServer(ThreadingHTTPServer):
         self.api, self.events, self.auth, self.max_body = api, events, auth, max_body
         self.closing = threading.Event()
         self._thread: Optional[threading.Thread] = None
+        # Set on an instance of several (--zk): forwards to the leader what this
+        # instance does not answer itself (framework.marathon.leader_proxy).
+        self.leader_proxy = None
 
     @property
     def url(self) -> str:
@@ -95,6 +98,10 @@ class MarathonHandler(BaseHTTPRequestHandler):
                     self.headers.get("Authorization")):
                 self._send(Response(401, {"message": "Invalid username or password."},
                                     {"WWW-Authenticate": 'Basic realm="Mesosphere Marathon"'}))
+                return
+            proxy = self.server.leader_proxy
+            if proxy is not None and proxy.forwards(request):
+                self._send(proxy.forward(method, self.path, self.headers, body))
                 return
             if request.path.rstrip("/") == "/v2/events":
                 self._stream_events(request)

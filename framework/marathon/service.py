@@ -5,17 +5,29 @@ the same framework as before when the store holds its id, so running tasks are
 kept and reconciled), keeps every app's instances running, and serves the
 Marathon v2 API until SIGTERM/SIGINT. Stopping fails the framework over
 instead of tearing it down: tasks keep running for the next start.
+
+With --zk, several instances share a ZooKeeper path: one is elected leader,
+loads the state from ZooKeeper and does all of the above; the others answer
+the API by forwarding to it and take over (as the same framework) when it
+goes (framework.marathon.high_availability).
 """
 import argparse
 import logging
 import os
 import shutil
 import signal
+import socket
 import threading
 import time
 from typing import Any, Callable, Optional
 
+from framework import gpu_health, scheduler_metrics
 from framework.leadership import SingleInstance
+from framework.marathon import high_availability
+from framework.marathon.event_relay import EventRelay
+from framework.marathon.high_availability import HighAvailability, ZkSettings
+from framework.marathon.leader_api import LeaderApi
+from framework.marathon.leader_proxy import LeaderProxy
 from framework.marathon.api_context import ApiContext
 from framework.marathon.metrics import Metrics
 from framework.marathon.events import EventBus
@@ -28,6 +40,7 @@ from framework.marathon.reconciler import Reconciler
 from framework.marathon.registry import Registry
 from framework.marathon.server import MarathonHttpServer
 from framework.state_store import StateStore
+from framework.zk_codec import CorruptNode
 from isolator.api import DEFAULT_SOCKET as DEFAULT_AGENT_SOCKET
 from common import instance_lock
 from common.paths import first_missing
@@ -51,9 +64,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="address the Marathon API listens on (default 127.0.0.1: this host only)")
     p.add_argument("--http_port", type=int, default=8080, metavar="PORT",
                    help="port of the Marathon API (default 8080; 0 picks a free one)")
-    p.add_argument("--state_dir", default=DEFAULT_STATE_DIR, metavar="DIR", type=non_empty,
+    p.add_argument("--state_dir", metavar="DIR", type=non_empty,
                    help="where the SQLite state (apps, deployments, framework id, tasks) lives "
-                        f"(default {DEFAULT_STATE_DIR})")
+                        f"(default {DEFAULT_STATE_DIR}; not with --zk: the state is in "
+                        "ZooKeeper then, see `mesos-gpu migrate-state`)")
     auth = p.add_mutually_exclusive_group()
     auth.add_argument("--http_credentials", metavar="USER:PASSWORD",
                       help="require HTTP basic auth with these credentials (default: basic auth "
@@ -95,6 +109,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    default="restricted", metavar="{restricted,unrestricted}",
                    help="restricted (default): tasks without GPUs stay off GPU agents; "
                         "an app's GPU_SCHEDULING_BEHAVIOR label overrides it")
+    gpu_health.add_arguments(p)
+    high_availability.add_arguments(p)
 
 
 def gpu_scheduling_behavior(value: str) -> str:
@@ -123,36 +139,69 @@ class FrameworkService:
         check_master(args.master)
         registries(getattr(args, "registry", None))
         self.args = args
+        self.zk = ZkSettings.from_args(args)
         explicit = Authenticator.from_args(args.http_credentials, args.http_token_file)
+        if self.zk is not None:
+            if args.state_dir is not None:
+                raise UserError("--state_dir and --zk: with --zk the state is in ZooKeeper; to "
+                                "move an existing state there, run `mesos-gpu migrate-state "
+                                "--state_dir DIR --zk URL` once, with the framework stopped")
+            if not (explicit.enabled or args.http_open):
+                raise UserError("--zk: the instances must share the API's credentials (each "
+                                "forwards requests to the leader): give every instance the same "
+                                "--http_credentials USER:PASSWORD or --http_token_file FILE (or "
+                                "--http_open)")
+        elif args.state_dir is None:
+            args.state_dir = DEFAULT_STATE_DIR
         self.policy = DockerPolicy.from_names(args.allow_docker_parameters)
-        made = first_missing(args.state_dir)
-        self.store = StateStore(args.state_dir)
+        self._factory = scheduler_factory or default_scheduler_factory
+        self.ha: Optional[HighAvailability] = None
+        self.relay: Optional[EventRelay] = None
+        self.scheduler: Any = None
+        self.registry: Optional[Registry] = None
+        self.reconciler: Optional[Reconciler] = None
+        self.health: Optional[HealthMonitor] = None
+        self.readiness: Optional[ReadinessMonitor] = None
+        self.api: Optional[MarathonApi] = None
+        self.fatal: Optional[str] = None     # why this instance must stop (a corrupt state)
         self._lock_fd: Optional[int] = None
+        made = first_missing(args.state_dir) if self.zk is None else None
+        self.store: Any = StateStore(args.state_dir) if self.zk is None else None
         try:
-            self._lock_fd = _hold_lock(args.state_dir)
-            self.auth = explicit if explicit.enabled or args.http_open else \
-                Authenticator.from_state_dir(args.state_dir)
             self.events = EventBus()
-            factory = scheduler_factory or default_scheduler_factory
-            self.scheduler = factory(args, self.store)
-            self.registry = Registry(self.store, self.events)
-            self.health = HealthMonitor(self.registry)
-            self.readiness = ReadinessMonitor(self.registry)
-            self.leadership = SingleInstance(self._address)
-            self.reconciler = Reconciler(self.registry, self.scheduler, self.leadership.is_leader)
+            self.metrics = self._metrics()
+            if self.zk is None:
+                self._lock_fd = _hold_lock(args.state_dir)
+                self.auth = explicit if explicit.enabled or args.http_open else \
+                    Authenticator.from_state_dir(args.state_dir)
+                self.leadership: Any = SingleInstance(self._address)
+                self._build_state_api()
+                front: Any = self.api
+            else:
+                self.auth = explicit
+                self.ha = HighAvailability(self.zk, self._address)
+                self.store = self.ha.store
+                self.leadership = self.ha.election
+                front = LeaderApi(ApiContext(None, None, None, None, self.policy, self.info,
+                                             self.leadership, self.metrics),
+                                  lambda: self.api, self._address)
             self.leadership.on_lost(self._lose_leadership)
             self.leadership.on_elected(self._take_leadership)
-            self.metrics = self._metrics()
-            self.api = MarathonApi(ApiContext.build(self.registry, self.policy, self.info,
-                                                    self.leadership, self.metrics))
             try:
-                self.http = MarathonHttpServer((args.http_address, args.http_port), self.api,
+                self.http = MarathonHttpServer((args.http_address, args.http_port), front,
                                                self.events, self.auth, args.max_body_bytes)
             except OSError as e:
                 raise UserError(f"--http_address {args.http_address} --http_port "
                                 f"{args.http_port}: cannot listen there: {e.strerror}") from e
+            if self.ha is not None:
+                self.http.leader_proxy = LeaderProxy(self.leadership, self._address)
+                self.relay = EventRelay(self.events, self.leadership, self._address,
+                                        self.auth.authorization())
         except BaseException:
-            self.store.close()
+            if self.ha is not None:
+                self.ha.stop()
+            elif self.store is not None:
+                self.store.close()
             if self._lock_fd is not None:
                 os.close(self._lock_fd)
             if made is not None:        # a refused start leaves no state dir behind
@@ -161,11 +210,16 @@ class FrameworkService:
         self.started_at = format_timestamp()
 
     def start(self) -> "FrameworkService":
-        self.leadership.start()         # elected: the scheduler subscribes
-        self.reconciler.start()
-        self.health.start()
-        self.readiness.start()
-        self.http.start()
+        if self.ha is None:
+            self.leadership.start()         # elected: the scheduler subscribes
+            self.reconciler.start()
+            self.health.start()
+            self.readiness.start()
+            self.http.start()
+        else:
+            self.http.start()
+            self.relay.start()
+            self.ha.start()                 # elected: the state is loaded, the scheduler subscribes
         log.info("Marathon API on %s (%s; docker host-access parameters allowed: %s); "
                  "master %s, state %s", self.http.url, self.auth.describe(),
                  ",".join(sorted(self.policy.allowed)) or "none", self.args.master,
@@ -173,45 +227,100 @@ class FrameworkService:
         return self
 
     def _address(self) -> str:
+        """`host:port` of this instance's API, as other instances reach it."""
         host, port = self.http.server_address[:2]
+        if host in ("0.0.0.0", "::"):
+            host = socket.getfqdn()
         return f"{host}:{port}"
 
+    def _build_state_api(self) -> None:
+        """Scheduler, registry, reconciler and the API over the store's state."""
+        self.scheduler = self._factory(self.args, self.store)
+        supervisor = getattr(self.scheduler, "supervisor", None)
+        if supervisor is not None:      # no Mesos call, no (re)subscription unless leading
+            supervisor.may_act = self.leadership.is_leader
+        self.registry = Registry(self.store, self.events)
+        self.health = HealthMonitor(self.registry)
+        self.readiness = ReadinessMonitor(self.registry)
+        self.reconciler = Reconciler(self.registry, self.scheduler, self.leadership.is_leader)
+        self.api = MarathonApi(ApiContext.build(self.registry, self.policy, self.info,
+                                                self.leadership, self.metrics))
+        self.api.context.gpu_health = getattr(self.scheduler, "gpu_health", None)
+        # a leader's new scheduler replaces the last one's gauges; counters go on
+        scheduler_metrics.register(self.metrics, self.scheduler)
+
     def _take_leadership(self) -> None:
+        if self.ha is not None:
+            try:
+                self.store.load()
+            except CorruptNode as e:
+                log.critical("%s", e)
+                self.fatal = str(e)
+                raise
+            self._build_state_api()
+            self.scheduler.start()
+            self.reconciler.start()
+            self.health.start()
+            self.readiness.start()
+            return
         if self.scheduler is not None and hasattr(self.scheduler, "start"):
             self.scheduler.start()
 
     def _lose_leadership(self) -> None:
-        """Disconnect from Mesos, failing over: the framework and its tasks stay."""
+        """Disconnect from Mesos, failing over: the framework and its tasks stay.
+        An instance of several also drops the state it loaded: the next leader
+        may change it."""
+        if self.ha is not None:
+            reconciler, scheduler = self.reconciler, self.scheduler
+            health, readiness = self.health, self.readiness
+            self.api = None
+            for monitor in (readiness, health):
+                if monitor is not None:
+                    monitor.stop()
+            if reconciler is not None:
+                reconciler.stop()
+            if scheduler is not None:
+                scheduler.stop()
+            self.scheduler = self.registry = self.reconciler = None
+            self.health = self.readiness = None
+            self.store.unload()
+            return
         if self.scheduler is not None and hasattr(self.scheduler, "stop"):
             self.scheduler.stop()
 
     def _metrics(self) -> Metrics:
         metrics = Metrics()
-        registry = self.registry
         started = time.monotonic()
 
-        def locked(read: Callable[[], float]) -> Callable[[], float]:
+        def locked(read: Callable[[Registry], float]) -> Callable[[], float]:
             def value() -> float:
+                registry = self.registry        # none on an instance that does not lead
+                if registry is None:
+                    return 0
                 with registry.lock:
-                    return read()
+                    return read(registry)
             return value
 
-        metrics.gauge("marathon.apps.active.gauge", locked(lambda: len(registry.apps)))
-        metrics.gauge("marathon.groups.active.gauge", locked(lambda: len(registry.groups)))
+        metrics.gauge("marathon.apps.active.gauge", locked(lambda r: len(r.apps)))
+        metrics.gauge("marathon.groups.active.gauge", locked(lambda r: len(r.groups)))
         metrics.gauge("marathon.pods.active.gauge", lambda: 0)
-        metrics.gauge("marathon.deployments.active.gauge", locked(lambda: len(registry.plans)))
-        metrics.gauge("marathon.instances.running.gauge", locked(lambda: sum(
-            1 for t in registry.tasks.values() if t.state == RUNNING)))
-        metrics.gauge("marathon.instances.staged.gauge", locked(lambda: sum(
-            1 for t in registry.tasks.values() if t.alive and t.state != RUNNING)))
+        metrics.gauge("marathon.deployments.active.gauge", locked(lambda r: len(r.plans)))
+        metrics.gauge("marathon.instances.running.gauge", locked(lambda r: sum(
+            1 for t in r.tasks.values() if t.state == RUNNING)))
+        metrics.gauge("marathon.instances.staged.gauge", locked(lambda r: sum(
+            1 for t in r.tasks.values() if t.alive and t.state != RUNNING)))
         metrics.gauge("marathon.instances.launch-overdue.gauge",
-                      locked(lambda: sum(count for _, count, _ in registry.queued())))
+                      locked(lambda r: sum(count for _, count, _ in r.queued())))
         metrics.gauge("marathon.uptime.gauge.seconds", lambda: time.monotonic() - started)
         return metrics
 
     def stop(self) -> None:
         log.info("stopping: HTTP server, reconciler, scheduler (failover: tasks keep running)")
         self.http.stop()
+        if self.ha is not None:
+            self.relay.stop()
+            self.ha.stop()              # a leader steps down first: reconciler, scheduler stop
+            return
         self.readiness.stop()
         self.health.stop()
         self.reconciler.stop()
@@ -236,9 +345,9 @@ class FrameworkService:
                 "hostname": host, "features": ["gpu_resources"], "mesos_role": "*",
                 "mesos_user": "root", "failover_timeout": int(FAILOVER_TIMEOUT),
                 "executor": "//cmd", "local_port_min": 10000, "local_port_max": 20000,
-                "checkpoint": True, "ha": False, "webui_url": None,
+                "checkpoint": True, "ha": self.zk is not None, "webui_url": None,
             },
-            "zookeeper_config": {},
+            "zookeeper_config": self.zk.describe() if self.zk is not None else {},
             "http_config": {"http_port": port, "https_port": None},
         }
 
@@ -265,7 +374,9 @@ def default_scheduler_factory(args: argparse.Namespace, store: StateStore) -> An
         gpu_scheduling=args.gpu_scheduling_behavior, failover_timeout=FAILOVER_TIMEOUT,
         refuse_seconds=args.refuse_seconds,
         executor=taskinfo.ExecutorSettings(agent_socket=args.agent_socket,
-                                           docker_host=args.docker_host),
+                                           docker_host=args.docker_host,
+                                           extra_env=gpu_health.executor_env(args)),
+        gpu_health_interval=gpu_health.interval(args),
         registries=registries(getattr(args, "registry", None)),
         registry_config=getattr(args, "registry_config", None) or _default_registry_config())
     return GpuScheduler(config, store)
@@ -300,8 +411,10 @@ def run(args: argparse.Namespace) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: done.set())
     try:
-        while not done.wait(1.0):
+        while not done.wait(0.5) and service.fatal is None:
             pass
     finally:
         service.stop()
+    if service.fatal is not None:
+        raise UserError(service.fatal)
     return 0

@@ -17,9 +17,9 @@ DEFAULT_ROLE = "*"
 
 def task_json(task: TaskRecord, service_ports: Iterable[int] = (), with_gpus: bool = False,
               health: Iterable[dict] = ()) -> dict:
-    """`gpuUuids` and `imageVariant` only when asked for (clients that build
-    objects from every key must not see fields Marathon lacks); `health`: the
-    task's Marathon Health per check (framework.marathon.health_monitor)."""
+    """`gpuUuids`, `imageVariant` and `gpuUsage` (framework.gpu_usage) only when asked
+    for (clients that build objects from every key must not see fields Marathon lacks);
+    `health`: the task's Marathon Health per check (framework.marathon.health_monitor)."""
     out = {"id": task.id, "appId": task.app_id, "host": task.hostname or "",
            "slaveId": task.agent_id or "", "state": STAGING if task.pending else task.state,
            "stagedAt": format_timestamp(task.staged_at), "version": task.app_version,
@@ -36,4 +36,6 @@ def task_json(task: TaskRecord, service_ports: Iterable[int] = (), with_gpus: bo
         out["gpuUuids"] = list(task.gpus)
         if task.variant:
             out["imageVariant"] = dict(task.variant)
+        if task.gpu_usage:
+            out["gpuUsage"] = dict(task.gpu_usage)
     return out

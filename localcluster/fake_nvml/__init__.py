@@ -2,7 +2,10 @@
 unmodified pynvml, with GPU layouts a test can choose.
 
 A layout is a text file read by the library at nvmlInit (see fake_nvml.c);
-`Layout.env()` is what a process needs to see it.
+`Layout.env()` is what a process needs to see it. Faults at run time (XIDs, ECC
+errors, a GPU off the bus, NVML calls that fail) go through a control file:
+`Layout.env(control=PATH)` points the library at it and `control.Control(PATH)`
+writes to it (see control.py).
 """
 import os
 import subprocess
@@ -120,11 +123,18 @@ class Layout:
         os.replace(tmp, path)
         return path
 
-    def env(self, directory: Optional[Path] = None) -> Dict[str, str]:
+    def env(self, directory: Optional[Path] = None,
+            control: Optional[Path] = None) -> Dict[str, str]:
         """Environment for a process that should see this host through NVML:
         MESOS_GPU_NVML_LIBRARY is the file `isolator.nvml` loads. With no
-        library it is left unset, so the host's own (absent) one is looked for."""
+        library it is left unset, so the host's own (absent) one is looked for.
+        `control`: the file faults are injected through (made empty if missing)."""
         env = {"FAKE_NVML_CONFIG": str(self.write(directory))}
+        if control is not None:
+            control = Path(control)
+            control.parent.mkdir(parents=True, exist_ok=True)
+            control.touch()
+            env["FAKE_NVML_CONTROL"] = str(control)
         if self.library:
             env["MESOS_GPU_NVML_LIBRARY"] = str(build())
         if not self.driver_loaded:

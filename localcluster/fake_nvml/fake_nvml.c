@@ -12,18 +12,59 @@
  *   board <i> <boardId>           (GPUs sharing a board id are one multi-GPU board, e.g. a K80)
  *   nvlink <i> <j> <links>        (<links> active NVLinks between GPU i and GPU j)
  *   util <i> <gpu%> <mem%>        (utilization rates)
- *   proc <i> <pid> <usedBytes>    (a compute process on GPU i; memory used is their sum)
+ *   proc <i> <pid> <usedBytes> [<sm%>]  (a compute process on GPU i; memory used is their sum)
+ *   temp <i> <C> [<slowdownC> <shutdownC>]   (default 35 C, thresholds 90 / 95 C)
+ *   power <i> <milliwatts>
+ *   retired <i> <sbePages> <dbePages> <pending 0|1>
+ *   remap <i> <correctable> <uncorrectable> <pending 0|1> <failure 0|1>
  * <i>, <j> are NVML indices (the order of the gpu lines).
  * Lines starting with '#' are ignored.
  * $FAKE_NVML_INIT_ERROR=<nvmlReturn_t code> makes init fail (e.g. 9 = DRIVER_NOT_LOADED).
+ * The file is read at the first nvmlInit; an nvmlInit while NVML is held open (a
+ * monitor's) reads its driver, nvml and cuda lines again when the file changed, and
+ * fails with DRIVER_NOT_LOADED while the file is gone.
+ *
+ * Faults at run time: $FAKE_NVML_CONTROL names an append-only file of lines, read
+ * whenever the library is called (and waited on by nvmlEventSetWait through
+ * inotify, so a waiting thread wakes at once). Every line of the config file is
+ * accepted there too (it changes the GPU from then on), and:
+ *   xid <i> <code>                an XID critical error: an nvmlEventTypeXidCriticalError event
+ *   ecc <i> sbe|dbe [<n>]         n single/double-bit ECC errors: the volatile and aggregate
+ *                                 counts grow, and an event of that type is delivered
+ *   lost <i> / found <i>          GPU i falls off the bus (every call on it answers
+ *                                 NVML_ERROR_GPU_IS_LOST) / is back
+ *   noproc <i> <pid>              that process is gone from GPU i
+ *   fail <function> <code> [<n>]  the next n calls (0: every call until `heal`) of that
+ *                                 NVML function return <code>
+ *   heal <function>               it answers normally again
+ * Events are delivered, as by the real library, only to event sets registered
+ * before the line was read: a process that starts later sees the state the lines
+ * made, not their events. The library is thread-safe (one lock).
  */
+#define _GNU_SOURCE 1                     /* the recursive mutex initializer */
 #define NVML_NO_UNVERSIONED_FUNC_DEFS 1   /* declare both nvmlInit and nvmlInit_v2 etc. */
 #include <nvml.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
 
 #define MAXGPU 64
+#define MAXPROC 16
+#define MAXSETS 16
+#define MAXQUEUE 1024
+#define MAXFAULTS 32
+#define SUPPORTED_EVENTS (nvmlEventTypeSingleBitEccError | nvmlEventTypeDoubleBitEccError | \
+                          nvmlEventTypeXidCriticalError)
 
 struct nvmlDevice_st {
     unsigned int index, minor;
@@ -36,12 +77,34 @@ struct nvmlDevice_st {
     unsigned int boardId;
     unsigned int utilGpu, utilMem;
     unsigned int nprocs;
-    unsigned int procPid[16];
-    unsigned long long procUsed[16];
+    unsigned int procPid[MAXPROC];
+    unsigned long long procUsed[MAXPROC];
+    unsigned int procSm[MAXPROC];
     unsigned int nlinks;            /* active NVLinks; link k goes to linkPeer[k] */
     unsigned int linkPeer[NVML_NVLINK_MAX_LINKS];
+    unsigned int temp, tempSlowdown, tempShutdown;
+    unsigned int powerMw;
+    unsigned long long ecc[2][2];   /* [corrected 0 / uncorrected 1][volatile 0 / aggregate 1] */
+    unsigned int retired[2];        /* pages retired for [multiple SBE 0 / DBE 1] */
+    unsigned int retiredPending;
+    unsigned int remapCorr, remapUnc, remapPending, remapFailure;
+    int lost;
 };
 
+struct event_set {
+    int used;
+    unsigned long long types[MAXGPU];          /* registered event types per device */
+    nvmlEventData_t queue[MAXQUEUE];
+    unsigned int head, count;
+};
+
+struct fault {
+    char function[64];
+    nvmlReturn_t code;
+    int remaining;                             /* 0: until healed */
+};
+
+static pthread_mutex_t lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
 static struct nvmlDevice_st gpus[MAXGPU];
 static unsigned int ngpus;
 static int topo[MAXGPU][MAXGPU];
@@ -49,6 +112,248 @@ static char driverVersion[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE] = "0.0";
 static char nvmlVersion[NVML_SYSTEM_NVML_VERSION_BUFFER_SIZE] = "0.0";
 static int cudaVersion;
 static int initCount;
+static struct event_set sets[MAXSETS];
+static struct fault faults[MAXFAULTS];
+
+/* the control file: read up to ctlOffset; a partial last line waits in ctlPartial */
+static int ctlFd = -1;
+static off_t ctlOffset;
+static char ctlPartial[1024];
+static size_t ctlPartialLen;
+static int inotifyFd = -1;
+
+static void unlock_now(int *unused) { (void)unused; pthread_mutex_unlock(&lock); }
+/* Hold the library's lock until the end of the enclosing block. */
+#define LOCKED() __attribute__((cleanup(unlock_now))) int locked_ = (pthread_mutex_lock(&lock), 0); (void)locked_
+
+static struct nvmlDevice_st *device_at(unsigned int i) { return i < ngpus ? &gpus[i] : NULL; }
+
+static void push_event(struct nvmlDevice_st *d, unsigned long long type, unsigned long long data)
+{
+    for (int s = 0; s < MAXSETS; s++) {
+        struct event_set *set = &sets[s];
+        if (!set->used || !(set->types[d->index] & type) || set->count >= MAXQUEUE) continue;
+        nvmlEventData_t *e = &set->queue[(set->head + set->count++) % MAXQUEUE];
+        memset(e, 0, sizeof *e);
+        e->device = d;
+        e->eventType = type;
+        e->eventData = data;
+        e->gpuInstanceId = 0xFFFFFFFF;
+        e->computeInstanceId = 0xFFFFFFFF;
+    }
+}
+
+static void set_proc(struct nvmlDevice_st *d, unsigned int pid, unsigned long long used, unsigned int sm)
+{
+    for (unsigned int k = 0; k < d->nprocs; k++)
+        if (d->procPid[k] == pid) { d->procUsed[k] = used; d->procSm[k] = sm; return; }
+    if (d->nprocs < MAXPROC) {
+        d->procPid[d->nprocs] = pid;
+        d->procUsed[d->nprocs] = used;
+        d->procSm[d->nprocs++] = sm;
+    }
+}
+
+static void drop_proc(struct nvmlDevice_st *d, unsigned int pid)
+{
+    for (unsigned int k = 0; k < d->nprocs; k++)
+        if (d->procPid[k] == pid) {
+            d->nprocs--;
+            d->procPid[k] = d->procPid[d->nprocs];
+            d->procUsed[k] = d->procUsed[d->nprocs];
+            d->procSm[k] = d->procSm[d->nprocs];
+            return;
+        }
+}
+
+/* One line of the config file or of the control file (`control`: events too). */
+static void apply_line(char *line, int control)
+{
+    unsigned int a, b, n, g, m, c, p, f;
+    unsigned long long used;
+    char word[64];
+    struct nvmlDevice_st *d;
+    line[strcspn(line, "\r\n")] = 0;
+    if (line[0] == '#' || line[0] == 0) return;
+    if (!strncmp(line, "driver ", 7)) {
+        sscanf(line + 7, "%79s", driverVersion);
+    } else if (!strncmp(line, "nvml ", 5)) {
+        sscanf(line + 5, "%79s", nvmlVersion);
+    } else if (!strncmp(line, "cuda ", 5)) {
+        cudaVersion = atoi(line + 5);
+    } else if (!strncmp(line, "topo ", 5)) {
+        int lvl;
+        if (sscanf(line + 5, "%u %u %d", &a, &b, &lvl) == 3 && a < MAXGPU && b < MAXGPU)
+            topo[a][b] = topo[b][a] = lvl;
+    } else if (!strncmp(line, "board ", 6)) {
+        if (sscanf(line + 6, "%u %u", &a, &n) == 2 && (d = device_at(a))) d->boardId = n;
+    } else if (!strncmp(line, "nvlink ", 7)) {
+        if (sscanf(line + 7, "%u %u %u", &a, &b, &n) == 3 && a < ngpus && b < ngpus)
+            for (unsigned int k = 0; k < n; k++) {
+                if (gpus[a].nlinks < NVML_NVLINK_MAX_LINKS) gpus[a].linkPeer[gpus[a].nlinks++] = b;
+                if (gpus[b].nlinks < NVML_NVLINK_MAX_LINKS) gpus[b].linkPeer[gpus[b].nlinks++] = a;
+            }
+    } else if (!strncmp(line, "util ", 5)) {
+        if (sscanf(line + 5, "%u %u %u", &a, &g, &m) == 3 && (d = device_at(a))) { d->utilGpu = g; d->utilMem = m; }
+    } else if (!strncmp(line, "proc ", 5)) {
+        unsigned int sm = 0;
+        if (sscanf(line + 5, "%u %u %llu %u", &a, &p, &used, &sm) >= 3 && (d = device_at(a)))
+            set_proc(d, p, used, sm);
+    } else if (!strncmp(line, "noproc ", 7)) {
+        if (sscanf(line + 7, "%u %u", &a, &p) == 2 && (d = device_at(a))) drop_proc(d, p);
+    } else if (!strncmp(line, "temp ", 5)) {
+        unsigned int slow, shut;
+        int k = sscanf(line + 5, "%u %u %u %u", &a, &c, &slow, &shut);
+        if (k >= 2 && (d = device_at(a))) {
+            d->temp = c;
+            if (k == 4) { d->tempSlowdown = slow; d->tempShutdown = shut; }
+        }
+    } else if (!strncmp(line, "power ", 6)) {
+        if (sscanf(line + 6, "%u %u", &a, &n) == 2 && (d = device_at(a))) d->powerMw = n;
+    } else if (!strncmp(line, "retired ", 8)) {
+        if (sscanf(line + 8, "%u %u %u %u", &a, &n, &m, &p) == 4 && (d = device_at(a))) {
+            d->retired[0] = n; d->retired[1] = m; d->retiredPending = p;
+        }
+    } else if (!strncmp(line, "remap ", 6)) {
+        if (sscanf(line + 6, "%u %u %u %u %u", &a, &n, &m, &p, &f) == 5 && (d = device_at(a))) {
+            d->remapCorr = n; d->remapUnc = m; d->remapPending = p; d->remapFailure = f;
+        }
+    } else if (control && !strncmp(line, "xid ", 4)) {
+        if (sscanf(line + 4, "%u %u", &a, &n) == 2 && (d = device_at(a)))
+            push_event(d, nvmlEventTypeXidCriticalError, n);
+    } else if (control && !strncmp(line, "ecc ", 4)) {
+        n = 1;
+        if (sscanf(line + 4, "%u %63s %u", &a, word, &n) >= 2 && (d = device_at(a))) {
+            int dbe = !strcmp(word, "dbe");
+            if (!dbe && strcmp(word, "sbe")) return;
+            d->ecc[dbe][0] += n; d->ecc[dbe][1] += n;
+            push_event(d, dbe ? nvmlEventTypeDoubleBitEccError : nvmlEventTypeSingleBitEccError, 0);
+        }
+    } else if (control && !strncmp(line, "lost ", 5)) {
+        if (sscanf(line + 5, "%u", &a) == 1 && (d = device_at(a))) d->lost = 1;
+    } else if (control && !strncmp(line, "found ", 6)) {
+        if (sscanf(line + 6, "%u", &a) == 1 && (d = device_at(a))) d->lost = 0;
+    } else if (control && !strncmp(line, "fail ", 5)) {
+        int code, times = 0;
+        if (sscanf(line + 5, "%63s %d %d", word, &code, &times) >= 2) {
+            for (int k = 0; k < MAXFAULTS; k++)
+                if (!faults[k].function[0] || !strcmp(faults[k].function, word)) {
+                    snprintf(faults[k].function, sizeof faults[k].function, "%s", word);
+                    faults[k].code = (nvmlReturn_t)code;
+                    faults[k].remaining = times;
+                    break;
+                }
+        }
+    } else if (control && !strncmp(line, "heal ", 5)) {
+        if (sscanf(line + 5, "%63s", word) == 1)
+            for (int k = 0; k < MAXFAULTS; k++)
+                if (!strcmp(faults[k].function, word)) faults[k].function[0] = 0;
+    } else if (!strncmp(line, "gpu ", 4) && ngpus < MAXGPU) {
+        d = &gpus[ngpus];
+        int k = 0;
+        memset(d, 0, sizeof *d);
+        if (sscanf(line + 4, "%u %95s %31s %x %llu %d.%d %n", &d->minor, d->uuid,
+                   d->busId, &d->pciDeviceId, &d->memTotal, &d->ccMajor, &d->ccMinor, &k) >= 7 && k > 0) {
+            snprintf(d->name, sizeof d->name, "%s", line + 4 + k);
+            d->index = ngpus;
+            d->boardId = 0x100 + ngpus;   /* one board per GPU unless a board line says otherwise */
+            d->temp = 35; d->tempSlowdown = 90; d->tempShutdown = 95;
+            d->powerMw = 50000;
+            ngpus++;
+        }
+    }
+}
+
+static void watch_control(const char *path)
+{
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash == dir) dir[1] = 0; else if (slash) *slash = 0; else snprintf(dir, sizeof dir, ".");
+    inotifyFd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    if (inotifyFd >= 0 && inotify_add_watch(inotifyFd, dir, IN_MODIFY | IN_CREATE | IN_MOVED_TO) < 0) {
+        close(inotifyFd);
+        inotifyFd = -1;
+    }
+}
+
+/* Read what was appended to the control file since the last call. */
+static void sync_control(void)
+{
+    const char *path = getenv("FAKE_NVML_CONTROL");
+    if (!path || !*path) return;
+    if (ctlFd < 0) {
+        if (inotifyFd < 0) watch_control(path);
+        ctlFd = open(path, O_RDONLY | O_CLOEXEC);
+        if (ctlFd < 0) return;
+    }
+    char buf[4096];
+    for (;;) {
+        ssize_t got = pread(ctlFd, buf, sizeof buf, ctlOffset);
+        if (got <= 0) return;
+        ctlOffset += got;
+        for (ssize_t k = 0; k < got; k++) {
+            if (ctlPartialLen < sizeof ctlPartial - 1) ctlPartial[ctlPartialLen++] = buf[k];
+            if (buf[k] == '\n') {
+                ctlPartial[ctlPartialLen] = 0;
+                apply_line(ctlPartial, 1);
+                ctlPartialLen = 0;
+            }
+        }
+    }
+}
+
+/* "nvmlDeviceGetHandleByIndex" names nvmlDeviceGetHandleByIndex_v2 too */
+static int same_function(const char *named, const char *function)
+{
+    size_t n = strlen(named);
+    if (strncmp(named, function, n)) return 0;
+    if (function[n] == 0) return 1;
+    if (function[n] != '_' || function[n + 1] != 'v' || !function[n + 2]) return 0;
+    for (const char *c = function + n + 2; *c; c++) if (*c < '0' || *c > '9') return 0;
+    return 1;
+}
+
+static nvmlReturn_t injected(const char *function)
+{
+    for (int k = 0; k < MAXFAULTS; k++) {
+        struct fault *f = &faults[k];
+        if (!f->function[0] || !same_function(f->function, function)) continue;
+        nvmlReturn_t code = f->code;
+        if (f->remaining > 0 && --f->remaining == 0) f->function[0] = 0;
+        return code;
+    }
+    return NVML_SUCCESS;
+}
+
+static struct timespec configMtime;
+
+static int config_changed(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) != 0) return 0;
+    int changed = st.st_mtim.tv_sec != configMtime.tv_sec || st.st_mtim.tv_nsec != configMtime.tv_nsec;
+    configMtime = st.st_mtim;
+    return changed;
+}
+
+/* Another nvmlInit while one is held (a monitor keeps NVML open): the driver's
+   versions are read again if the file changed (a driver reload), the GPUs are not;
+   a file gone is a driver gone, for new inits. */
+static nvmlReturn_t reload_versions(void)
+{
+    const char *path = getenv("FAKE_NVML_CONFIG");
+    if (!path || !*path || access(path, R_OK) != 0) return NVML_ERROR_DRIVER_NOT_LOADED;
+    if (!config_changed(path)) return NVML_SUCCESS;
+    FILE *f = fopen(path, "r");
+    if (!f) return NVML_ERROR_DRIVER_NOT_LOADED;
+    char line[1024];
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "driver ", 7) || !strncmp(line, "nvml ", 5) || !strncmp(line, "cuda ", 5))
+            apply_line(line, 0);
+    fclose(f);
+    return NVML_SUCCESS;
+}
 
 static nvmlReturn_t load_config(void)
 {
@@ -58,62 +363,29 @@ static nvmlReturn_t load_config(void)
     if (!path || !*path) return NVML_ERROR_DRIVER_NOT_LOADED;
     FILE *f = fopen(path, "r");
     if (!f) return NVML_ERROR_DRIVER_NOT_LOADED;
+    config_changed(path);
     ngpus = 0;
     for (int i = 0; i < MAXGPU; i++)
         for (int j = 0; j < MAXGPU; j++)
             topo[i][j] = (i == j) ? NVML_TOPOLOGY_INTERNAL : NVML_TOPOLOGY_SYSTEM;
+    memset(sets, 0, sizeof sets);
+    memset(faults, 0, sizeof faults);
     char line[1024];
-    while (fgets(line, sizeof line, f)) {
-        line[strcspn(line, "\r\n")] = 0;
-        if (line[0] == '#' || line[0] == 0) continue;
-        if (!strncmp(line, "driver ", 7)) {
-            sscanf(line + 7, "%79s", driverVersion);
-        } else if (!strncmp(line, "nvml ", 5)) {
-            sscanf(line + 5, "%79s", nvmlVersion);
-        } else if (!strncmp(line, "cuda ", 5)) {
-            cudaVersion = atoi(line + 5);
-        } else if (!strncmp(line, "topo ", 5)) {
-            unsigned int a, b; int lvl;
-            if (sscanf(line + 5, "%u %u %d", &a, &b, &lvl) == 3 && a < MAXGPU && b < MAXGPU)
-                topo[a][b] = topo[b][a] = lvl;
-        } else if (!strncmp(line, "board ", 6)) {
-            unsigned int a, id;
-            if (sscanf(line + 6, "%u %u", &a, &id) == 2 && a < ngpus) gpus[a].boardId = id;
-        } else if (!strncmp(line, "nvlink ", 7)) {
-            unsigned int a, b, n;
-            if (sscanf(line + 7, "%u %u %u", &a, &b, &n) == 3 && a < ngpus && b < ngpus)
-                for (unsigned int k = 0; k < n; k++) {
-                    if (gpus[a].nlinks < NVML_NVLINK_MAX_LINKS) gpus[a].linkPeer[gpus[a].nlinks++] = b;
-                    if (gpus[b].nlinks < NVML_NVLINK_MAX_LINKS) gpus[b].linkPeer[gpus[b].nlinks++] = a;
-                }
-        } else if (!strncmp(line, "util ", 5)) {
-            unsigned int a, g, m;
-            if (sscanf(line + 5, "%u %u %u", &a, &g, &m) == 3 && a < ngpus) { gpus[a].utilGpu = g; gpus[a].utilMem = m; }
-        } else if (!strncmp(line, "proc ", 5)) {
-            unsigned int a, pid; unsigned long long used;
-            if (sscanf(line + 5, "%u %u %llu", &a, &pid, &used) == 3 && a < ngpus && gpus[a].nprocs < 16) {
-                gpus[a].procPid[gpus[a].nprocs] = pid;
-                gpus[a].procUsed[gpus[a].nprocs++] = used;
-            }
-        } else if (!strncmp(line, "gpu ", 4) && ngpus < MAXGPU) {
-            struct nvmlDevice_st *d = &gpus[ngpus];
-            int n = 0;
-            memset(d, 0, sizeof *d);
-            if (sscanf(line + 4, "%u %95s %31s %x %llu %d.%d %n", &d->minor, d->uuid,
-                       d->busId, &d->pciDeviceId, &d->memTotal, &d->ccMajor, &d->ccMinor, &n) >= 7 && n > 0) {
-                snprintf(d->name, sizeof d->name, "%s", line + 4 + n);
-                d->index = ngpus;
-                d->boardId = 0x100 + ngpus;   /* one board per GPU unless a board line says otherwise */
-                ngpus++;
-            }
-        }
-    }
+    while (fgets(line, sizeof line, f)) apply_line(line, 0);
     fclose(f);
+    /* the control file is read again from its start: the state its lines made */
+    if (ctlFd >= 0) { close(ctlFd); ctlFd = -1; }
+    ctlOffset = 0;
+    ctlPartialLen = 0;
+    sync_control();
     return NVML_SUCCESS;
 }
 
+/* Every entry point: the lock, the control file, an injected failure. */
+#define ENTER() LOCKED(); sync_control(); do { nvmlReturn_t f_ = injected(__func__); if (f_ != NVML_SUCCESS) return f_; } while (0)
 #define CHECK_INIT() do { if (initCount <= 0) return NVML_ERROR_UNINITIALIZED; } while (0)
-#define CHECK_DEV(d) do { CHECK_INIT(); if (!(d) || (d) < gpus || (d) >= gpus + ngpus) return NVML_ERROR_INVALID_ARGUMENT; } while (0)
+#define CHECK_DEV(d) do { CHECK_INIT(); if (!(d) || (d) < gpus || (d) >= gpus + ngpus) return NVML_ERROR_INVALID_ARGUMENT; \
+                          if ((d)->lost) return NVML_ERROR_GPU_IS_LOST; } while (0)
 
 static nvmlReturn_t copy_str(char *dst, unsigned int len, const char *src)
 {
@@ -126,10 +398,17 @@ static nvmlReturn_t copy_str(char *dst, unsigned int len, const char *src)
 nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
 {
     (void)flags;
+    LOCKED();
     if (initCount == 0) {
         nvmlReturn_t r = load_config();
         if (r != NVML_SUCCESS) return r;
+    } else {
+        nvmlReturn_t r = reload_versions();
+        if (r != NVML_SUCCESS) return r;
+        sync_control();
     }
+    nvmlReturn_t f = injected("nvmlInit");
+    if (f != NVML_SUCCESS) return f;
     initCount++;
     return NVML_SUCCESS;
 }
@@ -138,6 +417,7 @@ nvmlReturn_t nvmlInit(void) { return nvmlInitWithFlags(0); }
 
 nvmlReturn_t nvmlShutdown(void)
 {
+    LOCKED();
     CHECK_INIT();
     initCount--;
     return NVML_SUCCESS;
@@ -154,6 +434,7 @@ const char *nvmlErrorString(nvmlReturn_t r)
     case NVML_ERROR_NOT_FOUND: return "Not Found";
     case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
     case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+    case NVML_ERROR_TIMEOUT: return "Timeout";
     case NVML_ERROR_LIBRARY_NOT_FOUND: return "NVML Shared Library Not Found";
     case NVML_ERROR_FUNCTION_NOT_FOUND: return "Function Not Found";
     case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
@@ -162,25 +443,27 @@ const char *nvmlErrorString(nvmlReturn_t r)
 }
 
 nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length)
-{ CHECK_INIT(); return copy_str(version, length, driverVersion); }
+{ ENTER(); CHECK_INIT(); return copy_str(version, length, driverVersion); }
 
 nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length)
-{ CHECK_INIT(); return copy_str(version, length, nvmlVersion); }
+{ ENTER(); CHECK_INIT(); return copy_str(version, length, nvmlVersion); }
 
 nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *v)
-{ CHECK_INIT(); if (!v) return NVML_ERROR_INVALID_ARGUMENT; *v = cudaVersion; return NVML_SUCCESS; }
+{ ENTER(); CHECK_INIT(); if (!v) return NVML_ERROR_INVALID_ARGUMENT; *v = cudaVersion; return NVML_SUCCESS; }
 
 nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *v)
 { return nvmlSystemGetCudaDriverVersion(v); }
 
 nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count)
-{ CHECK_INIT(); if (!count) return NVML_ERROR_INVALID_ARGUMENT; *count = ngpus; return NVML_SUCCESS; }
+{ ENTER(); CHECK_INIT(); if (!count) return NVML_ERROR_INVALID_ARGUMENT; *count = ngpus; return NVML_SUCCESS; }
 nvmlReturn_t nvmlDeviceGetCount(unsigned int *count) { return nvmlDeviceGetCount_v2(count); }
 
 nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
 {
+    ENTER();
     CHECK_INIT();
     if (!device || index >= ngpus) return NVML_ERROR_INVALID_ARGUMENT;
+    if (gpus[index].lost) return NVML_ERROR_GPU_IS_LOST;
     *device = &gpus[index];
     return NVML_SUCCESS;
 }
@@ -189,27 +472,33 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device
 
 nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
 {
+    ENTER();
     CHECK_INIT();
     if (!uuid || !device) return NVML_ERROR_INVALID_ARGUMENT;
     for (unsigned int i = 0; i < ngpus; i++)
-        if (!strcmp(gpus[i].uuid, uuid)) { *device = &gpus[i]; return NVML_SUCCESS; }
+        if (!strcmp(gpus[i].uuid, uuid)) {
+            if (gpus[i].lost) return NVML_ERROR_GPU_IS_LOST;
+            *device = &gpus[i];
+            return NVML_SUCCESS;
+        }
     return NVML_ERROR_NOT_FOUND;
 }
 
 nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t d, unsigned int *minor)
-{ CHECK_DEV(d); if (!minor) return NVML_ERROR_INVALID_ARGUMENT; *minor = d->minor; return NVML_SUCCESS; }
+{ ENTER(); CHECK_DEV(d); if (!minor) return NVML_ERROR_INVALID_ARGUMENT; *minor = d->minor; return NVML_SUCCESS; }
 
 nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t d, unsigned int *index)
-{ CHECK_DEV(d); if (!index) return NVML_ERROR_INVALID_ARGUMENT; *index = d->index; return NVML_SUCCESS; }
+{ ENTER(); CHECK_DEV(d); if (!index) return NVML_ERROR_INVALID_ARGUMENT; *index = d->index; return NVML_SUCCESS; }
 
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char *uuid, unsigned int length)
-{ CHECK_DEV(d); return copy_str(uuid, length, d->uuid); }
+{ ENTER(); CHECK_DEV(d); return copy_str(uuid, length, d->uuid); }
 
 nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t d, char *name, unsigned int length)
-{ CHECK_DEV(d); return copy_str(name, length, d->name); }
+{ ENTER(); CHECK_DEV(d); return copy_str(name, length, d->name); }
 
 nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t d, nvmlPciInfo_t *pci)
 {
+    ENTER();
     CHECK_DEV(d);
     if (!pci) return NVML_ERROR_INVALID_ARGUMENT;
     memset(pci, 0, sizeof *pci);
@@ -227,10 +516,12 @@ nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t d, nvmlPciInfo_t *p) { return nvm
 
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *mem)
 {
+    ENTER();
     CHECK_DEV(d);
     if (!mem) return NVML_ERROR_INVALID_ARGUMENT;
     unsigned long long used = 0;
     for (unsigned int i = 0; i < d->nprocs; i++) used += d->procUsed[i];
+    if (used > d->memTotal) used = d->memTotal;
     mem->total = d->memTotal;
     mem->used = used;
     mem->free = d->memTotal - used;
@@ -239,6 +530,7 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *mem)
 
 nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t d, int *major, int *minor)
 {
+    ENTER();
     CHECK_DEV(d);
     if (!major || !minor) return NVML_ERROR_INVALID_ARGUMENT;
     *major = d->ccMajor; *minor = d->ccMinor;
@@ -247,6 +539,7 @@ nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t d, int *major, int 
 
 nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t a, nvmlDevice_t b, nvmlGpuTopologyLevel_t *level)
 {
+    ENTER();
     CHECK_DEV(a); CHECK_DEV(b);
     if (!level) return NVML_ERROR_INVALID_ARGUMENT;
     *level = (nvmlGpuTopologyLevel_t)topo[a->index][b->index];
@@ -254,10 +547,11 @@ nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t a, nvmlDevice_t b,
 }
 
 nvmlReturn_t nvmlDeviceGetBoardId(nvmlDevice_t d, unsigned int *boardId)
-{ CHECK_DEV(d); if (!boardId) return NVML_ERROR_INVALID_ARGUMENT; *boardId = d->boardId; return NVML_SUCCESS; }
+{ ENTER(); CHECK_DEV(d); if (!boardId) return NVML_ERROR_INVALID_ARGUMENT; *boardId = d->boardId; return NVML_SUCCESS; }
 
 nvmlReturn_t nvmlDeviceGetMultiGpuBoard(nvmlDevice_t d, unsigned int *multiGpuBool)
 {
+    ENTER();
     CHECK_DEV(d);
     if (!multiGpuBool) return NVML_ERROR_INVALID_ARGUMENT;
     *multiGpuBool = 0;
@@ -268,6 +562,7 @@ nvmlReturn_t nvmlDeviceGetMultiGpuBoard(nvmlDevice_t d, unsigned int *multiGpuBo
 
 nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d, nvmlUtilization_t *u)
 {
+    ENTER();
     CHECK_DEV(d);
     if (!u) return NVML_ERROR_INVALID_ARGUMENT;
     u->gpu = d->utilGpu; u->memory = d->utilMem;
@@ -276,6 +571,7 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d, nvmlUtilization_t *u)
 
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned int *count, nvmlProcessInfo_t *infos)
 {
+    ENTER();
     CHECK_DEV(d);
     if (!count) return NVML_ERROR_INVALID_ARGUMENT;
     if (d->nprocs == 0) { *count = 0; return NVML_SUCCESS; }
@@ -291,8 +587,39 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned in
     return NVML_SUCCESS;
 }
 
+static unsigned long long now_us(void)
+{
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (unsigned long long)tv.tv_sec * 1000000ULL + (unsigned long long)tv.tv_usec;
+}
+
+nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t d, nvmlProcessUtilizationSample_t *utilization,
+                                             unsigned int *processSamplesCount, unsigned long long lastSeenTimeStamp)
+{
+    (void)lastSeenTimeStamp;
+    ENTER();
+    CHECK_DEV(d);
+    if (!processSamplesCount) return NVML_ERROR_INVALID_ARGUMENT;
+    if (d->nprocs == 0) return NVML_ERROR_NOT_FOUND;         /* as NVML: no sample entries */
+    if (!utilization || *processSamplesCount < d->nprocs) {
+        *processSamplesCount = d->nprocs;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    unsigned long long stamp = now_us();
+    for (unsigned int i = 0; i < d->nprocs; i++) {
+        memset(&utilization[i], 0, sizeof utilization[i]);
+        utilization[i].pid = d->procPid[i];
+        utilization[i].timeStamp = stamp;
+        utilization[i].smUtil = d->procSm[i];
+    }
+    *processSamplesCount = d->nprocs;
+    return NVML_SUCCESS;
+}
+
 nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t d, unsigned int link, nvmlEnableState_t *isActive)
 {
+    ENTER();
     CHECK_DEV(d);
     if (!isActive || link >= NVML_NVLINK_MAX_LINKS) return NVML_ERROR_INVALID_ARGUMENT;
     if (d->nlinks == 0) return NVML_ERROR_NOT_SUPPORTED;   /* as on GPUs without NVLink */
@@ -302,6 +629,7 @@ nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t d, unsigned int link, nvmlEna
 
 nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t d, unsigned int link, nvmlPciInfo_t *pci)
 {
+    ENTER();
     CHECK_DEV(d);
     if (!pci || link >= d->nlinks) return NVML_ERROR_INVALID_ARGUMENT;
     return nvmlDeviceGetPciInfo_v3(&gpus[d->linkPeer[link]], pci);
@@ -309,8 +637,195 @@ nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t d, unsigned int li
 
 nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t d, unsigned int link, nvmlIntNvLinkDeviceType_t *type)
 {
+    ENTER();
     CHECK_DEV(d);
     if (!type || link >= d->nlinks) return NVML_ERROR_INVALID_ARGUMENT;
     *type = NVML_NVLINK_DEVICE_TYPE_GPU;
     return NVML_SUCCESS;
 }
+
+/* --- health: temperature, power, ECC, retired pages, remapped rows ---------------------- */
+
+nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t d, nvmlTemperatureSensors_t sensor, unsigned int *temp)
+{
+    ENTER();
+    CHECK_DEV(d);
+    if (!temp || sensor != NVML_TEMPERATURE_GPU) return NVML_ERROR_INVALID_ARGUMENT;
+    *temp = d->temp;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t d, nvmlTemperature_t *temperature)
+{
+    ENTER();
+    CHECK_DEV(d);
+    if (!temperature || temperature->sensorType != NVML_TEMPERATURE_GPU) return NVML_ERROR_INVALID_ARGUMENT;
+    temperature->temperature = (int)d->temp;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetTemperatureThreshold(nvmlDevice_t d, nvmlTemperatureThresholds_t type, unsigned int *temp)
+{
+    ENTER();
+    CHECK_DEV(d);
+    if (!temp) return NVML_ERROR_INVALID_ARGUMENT;
+    if (type == NVML_TEMPERATURE_THRESHOLD_SHUTDOWN) *temp = d->tempShutdown;
+    else if (type == NVML_TEMPERATURE_THRESHOLD_SLOWDOWN) *temp = d->tempSlowdown;
+    else return NVML_ERROR_NOT_SUPPORTED;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t d, unsigned int *power)
+{ ENTER(); CHECK_DEV(d); if (!power) return NVML_ERROR_INVALID_ARGUMENT; *power = d->powerMw; return NVML_SUCCESS; }
+
+nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t d, nvmlEnableState_t *current, nvmlEnableState_t *pending)
+{
+    ENTER();
+    CHECK_DEV(d);
+    if (!current || !pending) return NVML_ERROR_INVALID_ARGUMENT;
+    *current = *pending = NVML_FEATURE_ENABLED;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t d, nvmlMemoryErrorType_t errorType,
+                                         nvmlEccCounterType_t counterType, unsigned long long *eccCounts)
+{
+    ENTER();
+    CHECK_DEV(d);
+    if (!eccCounts || (unsigned)errorType > 1 || (unsigned)counterType > 1) return NVML_ERROR_INVALID_ARGUMENT;
+    *eccCounts = d->ecc[errorType][counterType];
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetRetiredPages(nvmlDevice_t d, nvmlPageRetirementCause_t cause,
+                                       unsigned int *pageCount, unsigned long long *addresses)
+{
+    ENTER();
+    CHECK_DEV(d);
+    if (!pageCount || (unsigned)cause > 1) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned int have = d->retired[cause];
+    if (!addresses || *pageCount < have) {
+        *pageCount = have;
+        return (addresses || have) ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
+    }
+    for (unsigned int k = 0; k < have; k++) addresses[k] = 0x100000ULL * (k + 1) + cause;
+    *pageCount = have;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t d, nvmlEnableState_t *isPending)
+{
+    ENTER();
+    CHECK_DEV(d);
+    if (!isPending) return NVML_ERROR_INVALID_ARGUMENT;
+    *isPending = d->retiredPending ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t d, unsigned int *corrRows, unsigned int *uncRows,
+                                       unsigned int *isPending, unsigned int *failureOccurred)
+{
+    ENTER();
+    CHECK_DEV(d);
+    if (!corrRows || !uncRows || !isPending || !failureOccurred) return NVML_ERROR_INVALID_ARGUMENT;
+    *corrRows = d->remapCorr; *uncRows = d->remapUnc;
+    *isPending = d->remapPending; *failureOccurred = d->remapFailure;
+    return NVML_SUCCESS;
+}
+
+/* --- events ------------------------------------------------------------------------------- */
+
+nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set)
+{
+    ENTER();
+    CHECK_INIT();
+    if (!set) return NVML_ERROR_INVALID_ARGUMENT;
+    for (int s = 0; s < MAXSETS; s++)
+        if (!sets[s].used) {
+            memset(&sets[s], 0, sizeof sets[s]);
+            sets[s].used = 1;
+            *set = (nvmlEventSet_t)&sets[s];
+            return NVML_SUCCESS;
+        }
+    return NVML_ERROR_INSUFFICIENT_RESOURCES;
+}
+
+static struct event_set *set_of(nvmlEventSet_t set)
+{
+    struct event_set *s = (struct event_set *)set;
+    return (s >= sets && s < sets + MAXSETS && s->used) ? s : NULL;
+}
+
+nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set)
+{
+    ENTER();
+    CHECK_INIT();
+    struct event_set *s = set_of(set);
+    if (!s) return NVML_ERROR_INVALID_ARGUMENT;
+    s->used = 0;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t d, unsigned long long *eventTypes)
+{ ENTER(); CHECK_DEV(d); if (!eventTypes) return NVML_ERROR_INVALID_ARGUMENT; *eventTypes = SUPPORTED_EVENTS; return NVML_SUCCESS; }
+
+nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t d, unsigned long long eventTypes, nvmlEventSet_t set)
+{
+    ENTER();
+    CHECK_DEV(d);
+    struct event_set *s = set_of(set);
+    if (!s) return NVML_ERROR_INVALID_ARGUMENT;
+    if (eventTypes & ~SUPPORTED_EVENTS) return NVML_ERROR_NOT_SUPPORTED;
+    s->types[d->index] |= eventTypes;
+    return NVML_SUCCESS;
+}
+
+/* One look at the set under the lock: an event, or NVML_ERROR_TIMEOUT for "none yet". */
+static nvmlReturn_t take_event(nvmlEventSet_t set, nvmlEventData_t *data)
+{
+    ENTER();
+    CHECK_INIT();
+    struct event_set *s = set_of(set);
+    if (!s || !data) return NVML_ERROR_INVALID_ARGUMENT;
+    if (s->count == 0) return NVML_ERROR_TIMEOUT;
+    *data = s->queue[s->head];
+    s->head = (s->head + 1) % MAXQUEUE;
+    s->count--;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms)
+{
+    {
+        LOCKED();
+        sync_control();
+        nvmlReturn_t f = injected("nvmlEventSetWait");
+        if (f != NVML_SUCCESS) return f;
+    }
+    struct timespec start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    for (;;) {
+        nvmlReturn_t r = take_event(set, data);
+        if (r != NVML_ERROR_TIMEOUT) return r;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long waited = (now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000;
+        if (waited >= (long)timeoutms) return NVML_ERROR_TIMEOUT;
+        long slice = (long)timeoutms - waited;
+        /* the control file's directory wakes us; another thread's read of it may have
+           queued the event without our seeing the inotify event, hence the cap */
+        if (slice > 100) slice = 100;
+        if (inotifyFd >= 0) {
+            struct pollfd p = {inotifyFd, POLLIN, 0};
+            if (poll(&p, 1, (int)slice) > 0) {
+                char buf[4096];
+                while (read(inotifyFd, buf, sizeof buf) > 0) {}
+            }
+        } else {
+            struct timespec pause = {0, (slice < 20 ? slice : 20) * 1000000L};
+            nanosleep(&pause, NULL);
+        }
+    }
+}
+
+nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms)
+{ return nvmlEventSetWait_v2(set, data, timeoutms); }

@@ -1,13 +1,11 @@
 """The framework survives the loss of its Mesos master, on the real Mesos 1.11
 processes of the test bed.
 
-Why not a ZooKeeper leader election: the bed's master mode is Mesos's
-`local::launch`, which always builds a standalone contender and detector
-(MESOS_ZK is read and ignored: every master elects itself at once). So the
-failover shown is a single master's: it keeps its registry in a replicated log
-(quorum 1) in its work dir, is killed with SIGKILL and comes back on the same
-address. The scheduler, pointed at that address, reconnects by itself and
-re-subscribes with its framework id, well within its failover timeout.
+A single master's failover (three masters elected on ZooKeeper:
+test_master_quorum.py): it keeps its registry in a replicated log (quorum 1)
+in its work dir, is killed with SIGKILL and comes back on the same address.
+The scheduler, pointed at that address, reconnects by itself and re-subscribes
+with its framework id, well within its failover timeout.
 
 The agent is held (SIGSTOP) over the failover, so the framework is back first,
 as it often is in a real cluster: the new master drops reconciliation requests
@@ -56,6 +54,28 @@ def wait_until(check, timeout, what):
         time.sleep(0.1)
 
 
+def started_scheduler(master_address, name, node, tmp_path):
+    """A GpuScheduler on `master_address`, and the updates it gives as (time, record)."""
+    config = SchedulerConfig(master=master_address, name=name, refuse_seconds=1,
+                             failover_timeout=FAILOVER_TIMEOUT, retry=RetryPolicy(max_attempts=1),
+                             executor=ExecutorSettings(agent_socket=str(node.socket)))
+    sched = GpuScheduler(config, StateStore(tmp_path / "state"))
+    updates = []
+    sched.on_update(lambda r: updates.append((time.monotonic(), r)))
+    sched.start()
+    return sched, updates
+
+
+def survivor_running(sched, node, timeout):
+    """Subscribed, a one-GPU task "survivor" running: (framework id, its record,
+    the agent daemon's containers)."""
+    assert sched.wait_subscribed(timeout)
+    sched.submit(TaskSpec(id="survivor", gpus=1, cpus=0.1, mem=32, cmd="sleep 300"))
+    before = wait_for(sched, "survivor", {"TASK_RUNNING"}, 60)
+    assert len(before.gpus) == 1
+    return sched.framework_id, before, node.containers()
+
+
 def framework_active(master, framework_id) -> bool:
     return any(f["id"] == framework_id and f["active"] for f in master.state()["frameworks"])
 
@@ -74,21 +94,10 @@ def test_running_gpu_task_survives_a_master_failover(mesos_master, mesos_agent, 
     resources, attributes = node.flags(cpus=2, mem=1024)
     agent = mesos_agent(master, resources, attributes, hostname="agent-k80")
     agent_id = agent.id
-    config = SchedulerConfig(master=master.address, name="fw-failover", refuse_seconds=1,
-                             failover_timeout=FAILOVER_TIMEOUT, retry=RetryPolicy(max_attempts=1),
-                             executor=ExecutorSettings(agent_socket=str(node.socket)))
-    sched = GpuScheduler(config, StateStore(tmp_path / "state"))
-    updates = []
-    sched.on_update(lambda r: updates.append((time.monotonic(), r)))
-    sched.start()
+    sched, updates = started_scheduler(master.address, "fw-failover", node, tmp_path)
     agent_held = False
     try:
-        assert sched.wait_subscribed(30)
-        framework_id = sched.framework_id
-        sched.submit(TaskSpec(id="survivor", gpus=1, cpus=0.1, mem=32, cmd="sleep 300"))
-        before = wait_for(sched, "survivor", {"TASK_RUNNING"}, 60)
-        assert len(before.gpus) == 1
-        ledger = node.containers()
+        framework_id, before, ledger = survivor_running(sched, node, 30)
         assert len(ledger) == 1 and len(node.allocated()) == 1
 
         os.kill(agent.pid, signal.SIGSTOP)

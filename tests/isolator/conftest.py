@@ -45,14 +45,17 @@ class Daemon:
 
     def __init__(self, work_dir: Path, dev_dir: Path, cgroups_root: str, layout: str = "v100x8",
                  device_cgroup: str = "v1", extra: Optional[List[str]] = None,
-                 env: Optional[Dict[str, str]] = None) -> None:
+                 env: Optional[Dict[str, str]] = None, control: Optional[Path] = None) -> None:
         self.work_dir = Path(work_dir)
         self.args = ["--work_dir", str(work_dir), "--dev_dir", str(dev_dir),
                      "--cgroups_root", cgroups_root, "--device_cgroup", device_cgroup,
                      "--docker_socket", "none", "--driver_volume", "none",
                      "--ledger_flush_interval", "0.2", *(extra or [])]
         self.layout = fake_nvml.layout(layout) if isinstance(layout, str) else layout
-        self.env = {**os.environ, **self.layout.env(), **(env or {})}
+        self.control = control               # the fake NVML's fault file (control.Control)
+        self.env = {**os.environ, **self.layout.env(control=control), **(env or {})}
+        if control is None:
+            self.env.pop("FAKE_NVML_CONTROL", None)
         for key in ("MESOS_GPU_NVML_LIBRARY", "FAKE_NVML_INIT_ERROR"):
             if key not in self.layout.env() and key not in (env or {}):
                 self.env.pop(key, None)
@@ -115,9 +118,9 @@ def daemon_factory(tmp_path, dev_dir, cgroups_root):
     started: List[Daemon] = []
 
     def make(layout="v100x8", device_cgroup="v1", extra=None, env=None, work_dir=None,
-             start=True) -> Daemon:
+             start=True, control=None) -> Daemon:
         d = Daemon(work_dir or tmp_path / "work", dev_dir, cgroups_root, layout,
-                   device_cgroup, extra, env)
+                   device_cgroup, extra, env, control)
         started.append(d)
         return d.start() if start else d
     yield make

@@ -170,10 +170,11 @@ def test_usage_reports_nvml_figures_and_the_containers_processes(daemon_factory,
     assert minors_of(c.prepare("busy", 1)) == [0]
     c.isolate("busy", pid=p.pid)
     u = c.usage("busy")
-    assert u["memory_used"] == 4 * 2**30 and u["memory_total"] == 12 * 2**30 - 2**28
-    g = u["gpus"][0]
-    assert (g["minor"], g["gpu_utilization"], g["memory_utilization"]) == (0, 87, 45)
-    assert {(x["pid"], x["memory_used"], x["in_container"]) for x in g["processes"]} == {
+    assert u.memory_used == 4 * 2**30 and u.memory_total == 12 * 2**30 - 2**28
+    assert u.task_memory_used == 3 * 2**30            # its own process, not the stranger
+    g = u.gpus[0]
+    assert (g.minor, g.gpu_utilization, g.memory_utilization) == (0, 87, 45)
+    assert {(x.pid, x.memory_used, x.in_container) for x in g.processes} == {
         (p.pid, 3 * 2**30, True), (424242, 2**30, False)}
 
 

@@ -129,7 +129,9 @@ def test_agent_help_documents_every_flag_and_the_mixed_encoding(mesos_gpu_cli):
     r = mesos_gpu_cli("agent", "--help")
     for flag in ("--isolation", "--nvidia_gpu_devices", "--resources", "--work_dir",
                  "--nvml_library", "--driver_root", "--volume_root", "--device_cgroup",
-                 "--docker_socket", "--dev_dir", "--cgroups_root"):
+                 "--docker_socket", "--dev_dir", "--cgroups_root", "--metrics_address",
+                 "--health_poll_interval", "--health_quiet_period", "--xid_override",
+                 "--on_gpu_fault"):
         assert flag in r.stdout
     assert "most common model" in r.stdout and "gpu_types" in r.stdout
 
@@ -137,7 +139,9 @@ def test_agent_help_documents_every_flag_and_the_mixed_encoding(mesos_gpu_cli):
 def test_daemon_values_checked():
     from argparse import Namespace
     ok = dict(cgroups_root="mesos-gpu", prepare_timeout=600.0, ledger_flush_interval=1.0,
-              reconcile_interval=5.0, work_dir="/var/lib/mesos-gpu")
+              reconcile_interval=5.0, work_dir="/var/lib/mesos-gpu", health_poll_interval=5.0,
+              health_quiet_period=120.0, xid_override="13=unhealthy,92=application",
+              metrics_address="127.0.0.1:9400")
     flags.check_daemon_values(Namespace(**ok))
     flags.check_daemon_values(Namespace(**{**ok, "cgroups_root": "mesos/gpu"}))
     for bad, text in (({"cgroups_root": "../escape"}, "no '..'"),
@@ -145,5 +149,13 @@ def test_daemon_values_checked():
                       ({"prepare_timeout": 0.0}, "--prepare_timeout=0.0: must be a positive"),
                       ({"reconcile_interval": float("inf")},
                        "--reconcile_interval=inf: must be a positive"),
-                      ({"work_dir": "rel"}, "must be an absolute path")):
+                      ({"work_dir": "rel"}, "must be an absolute path"),
+                      ({"health_quiet_period": -1.0}, "--health_quiet_period=-1.0: must be a"),
+                      ({"health_poll_interval": 0.0}, "--health_poll_interval=0.0: must be a"),
+                      ({"xid_override": "13=fatal"}, "the effect must be one of application, "
+                                                     "unhealthy, kill, got 'fatal'"),
+                      ({"xid_override": "x13=kill"}, "'x13=kill' is not XID=EFFECT"),
+                      ({"xid_override": "13=kill,13=unhealthy"}, "XID 13 is given twice"),
+                      ({"metrics_address": "9400"}, "--metrics_address=9400: expected HOST:PORT"),
+                      ({"metrics_address": "localhost:99999"}, "expected HOST:PORT")):
         assert text in _err(flags.check_daemon_values, Namespace(**{**ok, **bad}))

@@ -82,3 +82,31 @@ def test_bad_input_is_one_line_on_stderr_and_nonzero_exit(mesos_gpu_cli, args, n
     assert "error" in lines[0]
     for name in names:
         assert name in lines[0]
+
+
+def test_health_without_a_daemon_is_what_nvml_shows_now(mesos_gpu_cli, tmp_path):
+    from localcluster.fake_nvml.control import Control
+    layout = fake_nvml.layout("v100x8")
+    env = layout.env(tmp_path, control=tmp_path / "nvml.control")
+    nvml = Control(tmp_path / "nvml.control")
+    nvml.xid(0, 79)                          # an event: only a running daemon sees it
+    nvml.retired_pages(1, dbe=1, pending=True)
+    nvml.remapped_rows(2, uncorrectable=1, failure=True)
+    nvml.temperature(3, 97)
+    nvml.lost(4)
+    r = mesos_gpu_cli("info", "--work_dir", str(tmp_path / "no-daemon"), env=env)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert "GPUs: 8, 1 NVML cannot read (health from a one-shot NVML check (no agent daemon " \
+           "answers at" in r.stdout and "XIDs are seen only by a running daemon" in r.stdout
+    by_index = {int(x.split("]")[0].strip(" [")): x for x in lines if x.startswith("  [")}
+    assert by_index[0].endswith("healthy")
+    assert by_index[1].endswith("UNHEALTHY: pages wait for retirement: a GPU reset retires them")
+    assert by_index[2].endswith("UNHEALTHY: row remapping failed: the GPU needs service")
+    assert "UNHEALTHY: 97 C, at or above its slowdown temperature 90 C" in by_index[3]
+    assert by_index[4] == "  [4] UNHEALTHY: NVML cannot read it (fallen off the bus?)"
+    info = json.loads(mesos_gpu_cli("info", "--json", "--work_dir", str(tmp_path / "none"),
+                                    env=env).stdout)
+    assert info["unreadable_indices"] == [4]
+    assert info["health"]["gpus"]["1"]["state"] == "unhealthy"
+    assert info["health"]["gpus"]["0"]["state"] == "healthy"
