@@ -62,8 +62,18 @@ def test_stop_removes_containers_dockerd_and_containerd():
         ref = engine.make_image("bed/stop:test")
         engine.client().containers.run(ref, ["sleep", "600"], detach=True, network_mode="none")
         run_dir, pid = engine.run_dir, engine.proc.pid
-        names = {open(f"/proc/{p}/comm").read().strip() for p in processes.belonging(run_dir)}
-        assert {"dockerd", "containerd", "sleep"} <= names
+
+        def names() -> set:
+            found = set()
+            for p in processes.belonging(run_dir):
+                try:
+                    found.add(open(f"/proc/{p}/comm").read().strip())
+                except OSError:             # ended between the listing and the read
+                    pass
+            return found
+        # `run` returns once runc started the init; it becomes `sleep` a moment later
+        processes.wait_until(lambda: {"dockerd", "containerd", "sleep"} <= names(), 10,
+                             "the container's sleep under the engine's run dir")
         assert processes.mounts_under(run_dir), "dockerd mounted nothing under its run dir"
     finally:
         engine.stop()
