@@ -15,7 +15,17 @@ The API runs with its real state store (SQLite, synchronous=FULL), registry
 and reconciler, without a scheduler (apps ask for 0 instances), so the
 figures are the API layer's own cost.
 
+Then a deployment on the real parts (a Mesos 1.11 master and agent of the
+local cluster, our executor, `mesos-gpu framework`): a group of 100 apps, each
+a busybox httpd on $PORT0 on the host, deployed with no health check (the
+baseline: done when all run), with a Mesos-level MESOS_HTTP check (run by each
+task's executor) and with a Marathon-level HTTP check (run by the framework);
+the deployment is done when every task is healthy. Each: time from the POST to
+all running, to the deployment's end; ratios to the baseline. A first
+deployment, not counted, warms the agent up.
+
     .venv/bin/python bench/marathon_api.py [--apps 1000] [--gets 200] [--posts 1000]
+                                           [--health-apps 100]  (0: no deployment)
 """
 import argparse
 import http.client
@@ -134,11 +144,100 @@ def report(name: str, ours: list, floor: list) -> None:
           f"p99 {o[2] / f[2]:>6.1f} x")
 
 
+HEALTH_CHECKS = {
+    "no health check": [],
+    "MESOS_HTTP (executor)": [{"protocol": "MESOS_HTTP", "path": "/", "intervalSeconds": 1,
+                               "delaySeconds": 0, "gracePeriodSeconds": 60,
+                               "timeoutSeconds": 1}],
+    "HTTP (framework)": [{"protocol": "HTTP", "path": "/", "intervalSeconds": 1,
+                          "gracePeriodSeconds": 60, "timeoutSeconds": 1}],
+}
+
+
+def deploy_and_wait(port: int, group: str, apps: int, checks: list) -> tuple:
+    """POST a group of `apps` httpd apps; (seconds to all running, to the deployment's end)."""
+    body = json.dumps({"id": group, "apps": [
+        {"id": f"a{i}", "cmd": "mkdir -p www; echo ok > www/index.html; "
+                              "exec busybox httpd -f -h www -p $PORT0",
+         "cpus": 0.01, "mem": 8, "healthChecks": checks} for i in range(apps)]}).encode()
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    start = time.monotonic()
+    connection.request("POST", "/v2/groups", body=body,
+                       headers={"Content-Type": "application/json"})
+    response = connection.getresponse()
+    response.read()
+    if response.status != 201:
+        raise SystemExit(f"POST /v2/groups: HTTP {response.status}")
+    running = None
+    while True:
+        time.sleep(0.2)
+        connection.request("GET", "/v2/tasks")
+        tasks = json.loads(connection.getresponse().read())["tasks"]
+        if running is None and sum(t["state"] == "TASK_RUNNING" for t in tasks) == apps:
+            running = time.monotonic() - start
+        connection.request("GET", "/v2/deployments")
+        plans = json.loads(connection.getresponse().read())
+        if running is not None and plans == []:
+            return running, time.monotonic() - start
+        if time.monotonic() - start > 900:
+            raise SystemExit(f"{group}: not deployed after 900 s")
+
+
+def remove_and_wait(port: int, group: str) -> None:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    connection.request("DELETE", f"/v2/groups{group}?force=true")
+    connection.getresponse().read()
+    while True:
+        time.sleep(0.5)
+        connection.request("GET", "/v2/tasks")
+        if json.loads(connection.getresponse().read())["tasks"] == []:
+            return
+
+
+def health_deployments(apps: int) -> None:
+    """The deployment rows (see the module's docstring)."""
+    import logging
+    from framework.marathon.service import FrameworkService, add_arguments
+    from localcluster.mesos import Agent, Master
+    logging.basicConfig(level=logging.ERROR)      # the figures, not the framework's log
+    resources = f"cpus:{apps};mem:{apps * 64};ports:[31000-32999]"
+    with tempfile.TemporaryDirectory() as state_dir, Master() as master, \
+            Agent(master, resources) as agent:
+        parser = argparse.ArgumentParser()
+        add_arguments(parser)
+        service = FrameworkService(parser.parse_args([
+            "--master", agent.master, "--state_dir", state_dir, "--http_port", "0",
+            "--http_open", "--refuse_seconds", "1", "--agent_socket", "/nonexistent/agent.sock",
+            "--gpu_scheduling_behavior", "unrestricted"])).start()
+        try:
+            service.scheduler.wait_subscribed(30)
+            port = service.http.server_address[1]
+            # One deployment first, not counted: the first pays for warming the
+            # agent and the page cache (its executors' Python), whatever row it is.
+            deploy_and_wait(port, "/warmup", apps, [])
+            remove_and_wait(port, "/warmup")
+            results = {}
+            for i, (name, checks) in enumerate(HEALTH_CHECKS.items()):
+                results[name] = deploy_and_wait(port, f"/bench{i}", apps, checks)
+                remove_and_wait(port, f"/bench{i}")
+        finally:
+            service.stop()
+    print(f"\nDeployment of {apps} apps (1 task each, busybox httpd on the host) on a real "
+          f"Mesos agent, until done (every task healthy, with a check), after one "
+          f"deployment not counted")
+    base_running, base_done = results["no health check"]
+    for name, (running, done) in results.items():
+        print(f"{name:<40} all running {running:>6.1f} s   deployment done {done:>6.1f} s   "
+              f"ratio to no check {done / base_done:>5.2f} x")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--apps", type=int, default=1000, help="apps in the store for GET")
     parser.add_argument("--gets", type=int, default=500, help="GET requests timed per row")
     parser.add_argument("--posts", type=int, default=1000, help="POST /v2/apps requests timed")
+    parser.add_argument("--health-apps", type=int, default=100,
+                        help="apps of the health check deployment rows (0: skip them)")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as state_dir:
@@ -209,6 +308,8 @@ def main() -> int:
         api_server.stop()
         reconciler.stop()
         store.close()
+    if args.health_apps:
+        health_deployments(args.health_apps)
     return 0
 
 

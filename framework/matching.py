@@ -23,6 +23,11 @@ depends on where the app already runs) form one group, placed together:
 - UNIQUE / MAX_PER / CLUSTER rule an offer out for the rest of the group;
   GROUP_BY picks the least used value from a heap.
 
+Ports: a task's port requests (framework.ports) come out of the offer's
+`ports` ranges: any ports picked at random, fixed ones exactly; the ports each
+placed task got are in its slot's `host_ports` (by task id), in request order.
+Tasks asking for no port pay nothing for this.
+
 GPU health: offered GPUs the agent daemon reports not healthy and free
 (framework.gpu_health) are taken off the offer before anything is placed.
 
@@ -37,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence
 
 from framework.constraints import Constraint, PlacedValues, meets, offer_fields
+from framework.ports import PortRanges, wanted
 from framework.task_spec import TaskSpec, TaskSpecError
 
 if TYPE_CHECKING:
@@ -54,12 +60,11 @@ _UNLIMITED = 1 << 30  # a task asking for no resources at all
 
 
 def gpu_behavior(spec: TaskSpec, default: str = RESTRICTED) -> str:
-    """The task's GPU scheduling behaviour: its label, else the framework's."""
+    """The task's GPU scheduling behaviour: its label when it names one, else the
+    framework's. As in Marathon 1.10 (`ResourceMatcher`), any other value of the
+    label (its old default `undefined` among them) means the framework's."""
     chosen = spec.labels.get(GPU_SCHEDULING_LABEL, default)
-    if chosen not in GPU_SCHEDULING_BEHAVIORS:
-        raise TaskSpecError(f"labels.{GPU_SCHEDULING_LABEL}: must be one of "
-                            f"{', '.join(GPU_SCHEDULING_BEHAVIORS)}, got {chosen!r}")
-    return chosen
+    return chosen if chosen in GPU_SCHEDULING_BEHAVIORS else default
 
 
 def _is_static(constraint: Constraint) -> bool:
@@ -80,6 +85,8 @@ class OfferSlot:
     fields: dict[str, str]
     order: int
     tasks: list[TaskSpec] = field(default_factory=list)
+    ports: PortRanges = field(default_factory=PortRanges)
+    host_ports: dict[str, tuple] = field(default_factory=dict)   # task id -> its host ports
 
     @classmethod
     def from_offer(cls, offer: Mapping[str, Any], order: int = 0,
@@ -92,7 +99,7 @@ class OfferSlot:
                    mem=round(amounts.get("mem", 0.0) * _MILLI),
                    disk=round(amounts.get("disk", 0.0) * _MILLI),
                    gpus=max(0, int(amounts.get("gpus", 0.0)) - unusable_gpus),
-                   fields=offer_fields(offer), order=order)
+                   fields=offer_fields(offer), order=order, ports=PortRanges.from_offer(offer))
 
 
 def unreserved_scalars(offer: Mapping[str, Any]) -> dict[str, float]:
@@ -116,6 +123,8 @@ class _Shape:
     mem: int
     disk: int
     gpus: int
+    ports: int = 0                     # ports of any number
+    fixed_ports: tuple[int, ...] = ()  # ports of a given number
 
 
 @dataclass
@@ -135,6 +144,13 @@ class MatchResult:
     placements: dict[str, list[TaskSpec]]  # offer id -> tasks, in placement order
     slots: dict[str, OfferSlot]            # offer id -> what is left of it
     unplaced: list[TaskSpec]
+
+    def host_ports(self) -> dict[str, tuple]:
+        """Task id -> the host ports it was given (tasks with port requests only)."""
+        out: dict[str, tuple] = {}
+        for offer_id in self.placements:
+            out.update(self.slots[offer_id].host_ports)
+        return out
 
 
 class Matcher:
@@ -192,8 +208,9 @@ class _Round:
             self._queue_position[id(spec)] = position
             static = tuple(c for c in spec.constraints if _is_static(c))
             dynamic = tuple(c for c in spec.constraints if not _is_static(c))
+            any_ports, fixed_ports = wanted(spec.ports) if spec.ports else (0, ())
             shape = _Shape(round(spec.cpus * _MILLI), round(spec.mem * _MILLI),
-                           round(spec.disk * _MILLI), spec.gpus)
+                           round(spec.disk * _MILLI), spec.gpus, any_ports, fixed_ports)
             behavior = gpu_behavior(spec, self.matcher.gpu_scheduling) if not spec.gpus else ""
             app = spec.app_id if dynamic else ""
             image = spec.image if self.variants is not None \
@@ -252,6 +269,12 @@ class _Round:
             most = min(most, slot.disk // shape.disk)
         if shape.gpus:
             most = min(most, slot.gpus // shape.gpus)
+        if shape.fixed_ports:             # a given port can be taken once
+            if not slot.ports.has_all(shape.fixed_ports):
+                return 0
+            most = min(most, 1)
+        if shape.ports:
+            most = min(most, (slot.ports.count - len(shape.fixed_ports)) // shape.ports)
         return most
 
     def _take(self, slot: OfferSlot, group: _Group, count: int) -> None:
@@ -262,6 +285,9 @@ class _Round:
         slot.gpus -= shape.gpus * count
         taken, group.tasks = group.tasks[:count], group.tasks[count:]
         slot.tasks.extend(taken)
+        if taken and taken[0].ports:
+            for spec in taken:
+                slot.host_ports[spec.id] = slot.ports.take(spec.ports)
         for constraint in group.dynamic:
             values = self._placed(group.app_id, constraint.field)
             for _ in range(count):

@@ -124,6 +124,33 @@ def _labels(status: Mapping[str, Any]) -> dict[str, str]:
             for label in (status.get("labels") or {}).get("labels", [])}
 
 
+def _apply_health(record: TaskRecord, status: Mapping[str, Any], labels: Mapping[str, str]) -> None:
+    """A health report of the task's executor (framework.executor.health) into
+    its record: `healthy`, and Marathon's Health fields."""
+    healthy = bool(status["healthy"])
+    when = float(status.get("timestamp") or time.time())
+    health = record.health
+    if healthy:
+        health.setdefault("firstSuccess", when)
+        health["lastSuccess"] = when
+        health["consecutiveFailures"] = 0
+    else:
+        health["lastFailure"] = when
+        failures = labels.get(taskinfo.HEALTH_FAILURES_LABEL, "")
+        health["consecutiveFailures"] = int(failures) if failures.isdigit() else \
+            int(health.get("consecutiveFailures", 0)) + 1
+        health["lastFailureCause"] = labels.get(taskinfo.HEALTH_CAUSE_LABEL, "")
+    if labels.get(taskinfo.HEALTH_KILLED_LABEL) == "true":
+        health["killed"] = True
+    record.healthy = healthy
+
+
+def _fetch_failed(status: Mapping[str, Any]) -> bool:
+    """The agent's fetcher could not fetch the task's URIs (the container launch failed)."""
+    return status.get("reason") == "REASON_CONTAINER_LAUNCH_FAILED" and \
+        "fetch" in (status.get("message") or "").lower()
+
+
 def _offer_role(offer: Mapping[str, Any], default: str) -> str:
     """The role the offer's resources are allocated to (Mesos 1.x multi-role)."""
     for resource in offer.get("resources", ()):
@@ -332,7 +359,8 @@ class GpuScheduler:
             result = self.matcher.match(waiting, offers, self._placed_by_app(), selector,
                                         self.gpu_health.unusable())
             by_id = {o["id"]["value"]: o for o in offers}
-            launches = self._record_launches(result.placements, by_id, selector)
+            launches = self._record_launches(result.placements, by_id, selector,
+                                             result.host_ports())
             changed += [self._records[t["name"]].copy() for tasks in launches.values()
                         for t in tasks]                   # now TASK_STAGING
             changed += self._explain_unplaced(result.unplaced, offers, selector)
@@ -412,15 +440,16 @@ class GpuScheduler:
         return placed
 
     def _record_launches(self, placements: Mapping[str, list[TaskSpec]],
-                         offers: Mapping[str, dict], selector: Any = None) -> dict[str, list[dict]]:
+                         offers: Mapping[str, dict], selector: Any = None,
+                         host_ports: Optional[Mapping[str, tuple]] = None) -> dict[str, list[dict]]:
         """Mark placed tasks TASK_STAGING in the store (before the ACCEPT goes
-        out) and build their TaskInfos."""
+        out) and build their TaskInfos (`host_ports`: the ports each task took)."""
         framework_id = self.store.framework_id() or ""
         launches: dict[str, list[dict]] = {}
         before = {spec.id: self._records[spec.id].copy()
                   for specs in placements.values() for spec in specs}
         try:
-            self._stage(placements, offers, framework_id, launches, selector)
+            self._stage(placements, offers, framework_id, launches, selector, host_ports or {})
         except StoreError as e:
             # Nothing was written: the tasks wait for the next offer, as they were.
             log.error("not launching %d task(s): %s", len(before), e)
@@ -433,7 +462,8 @@ class GpuScheduler:
         return launches
 
     def _stage(self, placements: Mapping[str, list[TaskSpec]], offers: Mapping[str, dict],
-               framework_id: str, launches: dict[str, list[dict]], selector: Any) -> None:
+               framework_id: str, launches: dict[str, list[dict]], selector: Any,
+               host_ports: Mapping[str, tuple]) -> None:
         with self.store.transaction():
             for offer_id, specs in placements.items():
                 offer = offers[offer_id]
@@ -452,6 +482,9 @@ class GpuScheduler:
                     if selector is not None and selector.handles(spec.image):
                         launch = selector.pin(spec, fields)
                     record.variant = dict(launch.variant or {})
+                    if spec.ports:
+                        launch = launch.placed(host_ports[spec.id], offer.get("hostname", ""))
+                    record.ports = [p for p in launch.host_ports if p is not None]
                     self._set_state(record, "TASK_STAGING", f"launching on {record.hostname}" + (
                         f" as {launch.image}" if launch.variant else ""))
                     launches.setdefault(offer_id, []).append(taskinfo.build(
@@ -493,8 +526,14 @@ class GpuScheduler:
             record.gpu_usage = usage.to_json()
         if state == RUNNING and record.started_at is None:
             record.started_at = time.time()
+        if "healthy" in status:
+            _apply_health(record, status, labels)
         record.reason = status.get("reason", "")
         message = status.get("message", "") or state
+        if state == "TASK_FAILED" and record.spec.fetch and _fetch_failed(status):
+            message = (f"{message}: fetching {', '.join(u.uri for u in record.spec.fetch)} "
+                       f"into the sandbox failed (the Mesos fetcher's log is the sandbox's "
+                       f"stderr on {record.hostname or 'the agent'})")
         if state in RETRYABLE_STATES and self._should_retry(record, status, labels):
             delay = self.config.retry.delay(record.attempts)
             record.not_before = time.time() + delay

@@ -74,6 +74,9 @@ class TaskRecord:
     role: str = ""
     gpus: list[str] = field(default_factory=list)
     variant: dict = field(default_factory=dict)   # the image variant launched (pinned)
+    ports: list[int] = field(default_factory=list)  # the host ports it was given
+    healthy: Optional[bool] = None                # its executor's health check says (None: no word)
+    health: dict = field(default_factory=dict)    # that check's details (framework.health_check)
     gpu_usage: dict = field(default_factory=dict)  # its executor's last report (framework.gpu_usage)
     message: str = ""
     reason: str = ""
@@ -113,7 +116,8 @@ class TaskRecord:
 
     def copy(self) -> "TaskRecord":
         return replace(self, agent_fields=dict(self.agent_fields), gpus=list(self.gpus),
-                       variant=dict(self.variant), gpu_usage=dict(self.gpu_usage))
+                       variant=dict(self.variant), ports=list(self.ports),
+                       health=dict(self.health), gpu_usage=dict(self.gpu_usage))
 
     def to_json(self) -> dict[str, Any]:
         data = {name: getattr(self, name) for name in self.__dataclass_fields__}

@@ -11,7 +11,12 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from framework import constraints as constraint_rules
+from framework import container_options, fetch_uri, ports as port_rules
 from framework.constraints import Constraint
+from framework.container_options import BRIDGE, HOST, Volume  # noqa: F401
+from framework.fetch_uri import FetchUri
+from framework.health_check import HealthCheck
+from framework.ports import PortRequest
 from common.errors import UserError
 from isolator.api import CONTAINER_TYPES, DOCKER, MESOS  # noqa: F401  (one name, API to kernel)
 
@@ -36,6 +41,13 @@ class TaskSpec:
     appended to the image's entrypoint). `gpus` is a whole number of GPUs.
     `constraints` takes Marathon's `[field, OPERATOR(, value)]` lists and keeps
     them parsed.
+
+    Ports (`ports`: what it asks for, framework.ports; `host_ports`: what the
+    scheduler gave it at launch), `network` (HOST, or BRIDGE for DOCKER), the
+    URIs the Mesos fetcher puts in its sandbox (`fetch`), the health check its
+    executor runs (`health_check`), and the container options (`volumes`,
+    `docker_parameters`, `privileged`, `user`, `force_pull`, `kill_grace`:
+    seconds between SIGTERM and SIGKILL) are applied by the executor.
     """
     id: str
     app_id: str = ""
@@ -54,6 +66,17 @@ class TaskSpec:
     # registry: image pinned by digest, index, digests, features
     # (framework.variant_selection.pinned)
     variant: Optional[Mapping[str, Any]] = None
+    ports: tuple[PortRequest, ...] = ()
+    host_ports: tuple[Optional[int], ...] = ()
+    network: str = HOST
+    fetch: tuple[FetchUri, ...] = ()
+    health_check: Optional[HealthCheck] = None
+    volumes: tuple[Volume, ...] = ()
+    docker_parameters: tuple[tuple[str, str], ...] = ()
+    privileged: bool = False
+    user: Optional[str] = None
+    force_pull: bool = False
+    kill_grace: Optional[float] = None
 
     def __post_init__(self) -> None:
         self._set("id", _check_id(self.id, "id"))
@@ -69,6 +92,19 @@ class TaskSpec:
         self._set("gpus", check_gpus(self.gpus))
         self._set("constraints", constraint_rules.parse_all(self.constraints))
         self._set("variant", check_variant(self.variant, self.image))
+        self._set("ports", port_rules.check_requests(self.ports))
+        self._set("host_ports", port_rules.check_assigned(self.host_ports, self.ports))
+        self._set("network", container_options.check_network(self.network))
+        self._set("fetch", fetch_uri.check_all(self.fetch))
+        self._set("health_check", HealthCheck.from_json(self.health_check))
+        self._set("volumes", container_options.check_volumes(self.volumes))
+        self._set("docker_parameters", container_options.check_parameters(self.docker_parameters))
+        self._set("user", container_options.check_user(self.user))
+        for name in ("privileged", "force_pull"):
+            if not isinstance(getattr(self, name), bool):
+                raise TaskSpecError(f"{name}: must be true or false, got {getattr(self, name)!r}")
+        if self.kill_grace is not None:
+            self._set("kill_grace", _check_amount(self.kill_grace, "kill_grace"))
         self._check_command()
 
     def _set(self, name: str, value: Any) -> None:
@@ -82,6 +118,19 @@ class TaskSpec:
         if self.container == MESOS and not self.image and self.cmd is None and not self.args:
             raise TaskSpecError(f"task {self.id}: cmd: a MESOS container without an image "
                                 f"needs cmd or args")
+        if self.container != DOCKER:
+            for name in ("docker_parameters", "privileged"):
+                if getattr(self, name):
+                    raise TaskSpecError(f"task {self.id}: {name}: only for DOCKER containers")
+            if self.network == BRIDGE:
+                raise TaskSpecError(f"task {self.id}: network: BRIDGE is only for DOCKER "
+                                    f"containers")
+        if self.health_check is not None and self.health_check.port is None \
+                and self.health_check.protocol != "COMMAND" \
+                and (self.health_check.port_index or 0) >= len(self.ports):
+            raise TaskSpecError(f"task {self.id}: health_check.port_index: "
+                                f"{self.health_check.port_index or 0}, but the task has "
+                                f"{len(self.ports)} port(s)")
 
     def pinned_to(self, variant: Mapping[str, Any]) -> "TaskSpec":
         """This task running `variant["image"]`, a variant checked by
@@ -91,6 +140,16 @@ class TaskSpec:
         pinned.__dict__.update(self.__dict__, image=variant["image"], variant=variant)
         return pinned
 
+    def placed(self, host_ports: tuple[Optional[int], ...], hostname: str) -> "TaskSpec":
+        """This task with the host ports the scheduler took for it on `hostname`,
+        and Marathon's variables for them (PORT0.., PORTS, PORT_<NAME>, HOST);
+        the task's own environment wins over them, as in Marathon."""
+        assigned = port_rules.check_assigned(host_ports, self.ports)
+        env = {**port_rules.environment(self.ports, assigned), "HOST": hostname, **self.env}
+        placed = object.__new__(TaskSpec)
+        placed.__dict__.update(self.__dict__, host_ports=assigned, env=env)
+        return placed
+
     def to_json(self) -> dict[str, Any]:
         """Plain JSON (constraints as Marathon lists), for the state store."""
         # field by field: asdict() deep-copies each value, and every launch pays for it
@@ -98,6 +157,16 @@ class TaskSpec:
         data["args"] = list(self.args)
         data["env"], data["labels"] = dict(self.env), dict(self.labels)
         data["constraints"] = [c.as_list() for c in self.constraints]
+        for name in _COMPOUND:
+            value = data.pop(name)
+            if value:
+                data[name] = [item.to_json() for item in value]
+        data["host_ports"] = list(self.host_ports)
+        data["docker_parameters"] = [list(p) for p in self.docker_parameters]
+        data["health_check"] = self.health_check.to_json() if self.health_check else None
+        for name, default in _PLAIN_DEFAULTS.items():
+            if data[name] == default:
+                del data[name]
         if self.variant is None:
             del data["variant"]
         else:
@@ -108,6 +177,14 @@ class TaskSpec:
     def from_json(cls, data: Mapping[str, Any]) -> "TaskSpec":
         known = {name: data[name] for name in cls.__dataclass_fields__ if name in data}
         return cls(**known)
+
+
+# Fields whose items are typed (written out as lists of objects) and fields left
+# out of the JSON at their defaults (a task without them stores what it did before).
+_COMPOUND = ("ports", "fetch", "volumes")
+_PLAIN_DEFAULTS = {"host_ports": [], "network": HOST, "health_check": None,
+                   "docker_parameters": [], "privileged": False, "user": None,
+                   "force_pull": False, "kill_grace": None}
 
 
 def check_gpus(value: Any, name: str = "gpus") -> int:

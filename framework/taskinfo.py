@@ -17,7 +17,10 @@ runc) container. So:
   agent's `mesos` containerizer only acts on ExecutorInfo.container, which we
   leave unset, so it never needs Docker binaries or an image store.
 - the `gpus` scalar is in the task's resources: the master counts it, the
-  agent daemon enforces it.
+  agent daemon enforces it; the host ports it took are its `ports` ranges;
+- the URIs to fetch are the executor's `CommandInfo.uris`: the agent's fetcher
+  puts them in the executor's sandbox (the task's) before it starts it;
+- `kill_policy` carries the task's grace between SIGTERM and SIGKILL.
 """
 import base64
 import json
@@ -26,13 +29,18 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
-from framework.task_spec import DOCKER, TaskSpec
+from framework.ports import ranges_resource
+from framework.task_spec import BRIDGE, DOCKER, TaskSpec
 from isolator.api import CONTAINER_LABEL, DEFAULT_SOCKET as DEFAULT_AGENT_SOCKET  # noqa: F401
 from isolator.api import SOCKET_ENV as AGENT_SOCKET_ENV
 
 # Labels the executor puts on its status updates, read by the scheduler.
 GPUS_LABEL = "mesos-gpu.gpus"              # granted GPU UUIDs, comma-separated
 RETRY_LABEL = "mesos-gpu.retry"            # "false": a retry cannot help (bad image, ...)
+# On health updates (TASK_RUNNING with `healthy`) and the kill they lead to:
+HEALTH_FAILURES_LABEL = "mesos-gpu.health.failures"   # consecutive failed checks
+HEALTH_CAUSE_LABEL = "mesos-gpu.health.cause"         # why the last one failed
+HEALTH_KILLED_LABEL = "mesos-gpu.health.killed"       # "true": killed for failing its checks
 GPU_FAULT_LABEL = "mesos-gpu.gpu_fault"    # the agent daemon stopped it: its GPU went bad
 EXECUTOR_ID_PREFIX = "mesos-gpu."
 
@@ -72,14 +80,24 @@ def task_resources(spec: TaskSpec) -> list[dict[str, Any]]:
     refuses empty scalars)."""
     amounts = (("cpus", spec.cpus), ("mem", spec.mem), ("disk", spec.disk),
                ("gpus", float(spec.gpus)))
-    return [scalar(name, value) for name, value in amounts if value > 0]
+    resources = [scalar(name, value) for name, value in amounts if value > 0]
+    ports = ranges_resource(spec.host_ports)
+    if ports is not None:
+        resources.append(ports)
+    return resources
 
 
 def container_info(spec: TaskSpec) -> dict[str, Any]:
     """ContainerInfo v1 JSON: DOCKER with the image, or MESOS (with the image as
     a Docker image when there is one)."""
     if spec.container == DOCKER:
-        return {"type": "DOCKER", "docker": {"image": spec.image, "network": "HOST"}}
+        docker: dict[str, Any] = {"image": spec.image, "network": spec.network}
+        if spec.network == BRIDGE:
+            docker["port_mappings"] = [
+                {"host_port": host, "container_port": request.container_port or host,
+                 "protocol": request.protocol}
+                for request, host in zip(spec.ports, spec.host_ports) if host is not None]
+        return {"type": "DOCKER", "docker": docker}
     info: dict[str, Any] = {"type": "MESOS"}
     if spec.image:
         info["mesos"] = {"image": {"type": "DOCKER", "docker": {"name": spec.image}}}
@@ -99,14 +117,17 @@ def executor_info(spec: TaskSpec, task_id: str, framework_id: str,
                   settings: ExecutorSettings) -> dict[str, Any]:
     """One executor per launch attempt, named after it, started with our command."""
     variables = [{"name": k, "value": v} for k, v in sorted(settings.environment().items())]
+    command: dict[str, Any] = {"value": settings.command, "shell": True,
+                               "environment": {"variables": variables}}
+    if spec.fetch:
+        command["uris"] = [uri.to_mesos() for uri in spec.fetch]
     return {
         "executor_id": {"value": EXECUTOR_ID_PREFIX + task_id},
         "framework_id": {"value": framework_id},
         "name": f"mesos-gpu executor for {spec.id}",
         "source": spec.app_id or spec.id,
         "type": "CUSTOM",
-        "command": {"value": settings.command, "shell": True,
-                    "environment": {"variables": variables}},
+        "command": command,
     }
 
 
@@ -130,4 +151,6 @@ def build(spec: TaskSpec, agent_id: str, framework_id: str, settings: ExecutorSe
     }
     if spec.labels:
         info["labels"] = labels(spec.labels)
+    if spec.kill_grace is not None:
+        info["kill_policy"] = {"grace_period": {"nanoseconds": int(spec.kill_grace * 1e9)}}
     return info

@@ -6,8 +6,10 @@
     engine.stop()
 
 `dockerd` (Debian docker.io) runs with its own data root, exec root, pidfile and
-unix socket in a temp run dir, vfs storage, no iptables and no bridge, so it
-touches nothing of the host's (or another test run's) Docker. Its managed
+unix socket in a temp run dir, vfs storage, no iptables, and a bridge of its own
+(`mgpu<8 hex>`, a free 10.x.y.0/24 made for it and deleted at stop) for BRIDGE
+networking: host ports reach containers through docker-proxy. It touches
+nothing of the host's (or another test run's) Docker. Its managed
 containerd lives in the exec root. Legacy volume plugins are still looked up in
 the host-global /run/docker/plugins, which this module leaves alone.
 
@@ -20,6 +22,7 @@ import io
 import json
 import logging
 import os
+import random
 import shutil
 import subprocess
 import tarfile
@@ -92,6 +95,73 @@ def image_changes(labels: Optional[Dict[str, str]] = None, env: Optional[Dict[st
     return changes
 
 
+BRIDGE_PREFIX = "mgpu"
+ALIAS_PREFIX = "mesos-gpu-engine-of-pid-"
+
+
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    result = subprocess.run(["ip", *args], capture_output=True, text=True)
+    if check and result.returncode != 0:
+        raise LocalClusterError(f"ip {' '.join(args)}: {result.stderr.strip()}")
+    return result
+
+
+def _make_bridge(name: str) -> str:
+    """A Linux bridge for one engine, on a 10.x.y.0/24 no route of this host uses."""
+    if shutil.which("ip") is None:
+        raise LocalClusterError("ip not found: install the Debian package iproute2")
+    used = _ip("-4", "route", "show").stdout
+    for _ in range(50):
+        subnet = f"10.{random.randint(100, 199)}.{random.randint(0, 255)}"
+        if f"{subnet}." not in used:
+            break
+    else:
+        raise LocalClusterError("no free 10.x.y.0/24 for the Docker engine's bridge")
+    _ip("link", "add", name, "type", "bridge")
+    try:
+        _ip("link", "set", name, "alias", f"{ALIAS_PREFIX}{os.getpid()}")   # its owner, for sweeps
+        _ip("addr", "add", f"{subnet}.1/24", "dev", name)
+        _ip("link", "set", name, "up")
+    except LocalClusterError:
+        _delete_bridge(name)
+        raise
+    return name
+
+
+def _delete_bridge(name: str) -> None:
+    _ip("link", "del", name, check=False)
+
+
+def _sweep_bridges() -> None:
+    """Remove the bridges of engines that are gone (a killed test run's): the
+    process that made it has exited and no dockerd names it any more."""
+    ours = set()
+    for line in _ip("-o", "link", "show", "type", "bridge", check=False).stdout.splitlines():
+        fields = line.split(":")
+        if len(fields) < 3:
+            continue
+        name = fields[1].strip().split("@")[0]
+        if not (name.startswith(BRIDGE_PREFIX) and len(name) == len(BRIDGE_PREFIX) + 8):
+            continue
+        owner = line.split(f"alias {ALIAS_PREFIX}", 1)[1].split()[0] if \
+            f"alias {ALIAS_PREFIX}" in line else ""
+        if owner.isdigit() and os.path.exists(f"/proc/{owner}"):
+            continue                          # its maker is alive: about to start dockerd
+        ours.add(name)
+    if not ours:
+        return
+    in_use = set()
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            text = cmdline.read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        in_use.update(n for n in ours if f"--bridge={n}" in text)
+    for name in ours - in_use:
+        log.info("removing the bridge %s of a Docker engine that is gone", name)
+        _delete_bridge(name)
+
+
 def _split_ref(ref: str):
     name, sep, tag = ref.rpartition(":")
     if not sep or "/" in tag:
@@ -108,6 +178,7 @@ class DockerEngine:
         self.namespace = f"mgpu-{uuid.uuid4().hex[:8]}"
         self._client: Optional[docker.DockerClient] = None
         self._imported: Dict[str, str] = {}      # (labels, env, cmd) as JSON -> image id
+        self.bridge: Optional[str] = None
 
     @property
     def socket(self) -> str:
@@ -131,16 +202,18 @@ class DockerEngine:
         # Short path: the socket (and containerd's, inside exec root) must fit 108 bytes.
         self.run_dir = Path(tempfile.mkdtemp(prefix=processes.RUN_DIR_PREFIX + "docker-"))
         (self.run_dir / "daemon.json").write_text("{}\n")   # not the host's /etc/docker
+        processes.track(self)
+        _sweep_bridges()
+        self.bridge = _make_bridge("mgpu" + self.namespace.split("-")[-1])
         cmd = [DOCKERD, "--data-root", str(self.run_dir / "data"),
                "--exec-root", str(self.run_dir / "exec"),
                "--pidfile", str(self.run_dir / "docker.pid"),
                "--host", self.host, "--config-file", str(self.run_dir / "daemon.json"),
                "--storage-driver=vfs", "--iptables=false", "--ip6tables=false",
-               "--bridge=none", "--containerd-namespace", self.namespace,
+               f"--bridge={self.bridge}", "--containerd-namespace", self.namespace,
                "--containerd-plugins-namespace", self.namespace + "-plugins"]
         env = {**os.environ, processes.OWNER_VAR: processes.owner_tag(self.run_dir)}
         env.pop("DOCKER_HOST", None)
-        processes.track(self)
         started = time.monotonic()
         try:
             with open(self.log_file, "ab") as out:
@@ -220,6 +293,9 @@ class DockerEngine:
             processes.kill_tree(self.proc.pid, self.run_dir, grace=STOP_GRACE)
             self.proc.wait()
             self.proc = None
+        if self.bridge is not None:
+            _delete_bridge(self.bridge)
+            self.bridge = None
         if self.run_dir is not None:
             if os.environ.get("MESOS_GPU_LOCALCLUSTER_KEEP"):
                 processes.unmount_under(self.run_dir)

@@ -2,27 +2,38 @@
 GPUs the agent daemon granted.
 
 - devices: the granted GPU nodes and the control devices, nothing else
-  (isolator.docker_devices); never privileged;
+  (isolator.docker_devices); privileged only when the app asks and the
+  operator allowed it (the API refuses it otherwise);
 - the driver volume at /usr/local/nvidia, read-only, only when the image rules
   say so (volumes.image_rules: NVIDIA_VISIBLE_DEVICES in the image env, else the
   label com.nvidia.volumes.needed), with PATH / LD_LIBRARY_PATH set as Mesos does;
 - NVIDIA_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES from the grant;
-- the label mesos-gpu.container-id, so the daemon can cross-check it on recovery.
+- the sandbox at /mnt/mesos/sandbox (MESOS_SANDBOX, the working directory), the
+  app's volumes, its user, host networking or BRIDGE with its host ports
+  published, and the app's Docker parameters, each as `--key=value`: the
+  container is made with `docker create`, as Mesos's Docker containerizer runs
+  `docker run`, so every parameter the operator allowed takes effect;
+- the label mesos-gpu.container-id, so the daemon can cross-check it on recovery;
+- its stdout and stderr copied into the sandbox's `stdout` and `stderr`.
 
-The image must already be in the engine (nothing is pulled); an image that
-needs a newer CUDA than the driver is refused before anything is created.
+The image must already be in the engine unless the app asks for a pull
+(`forcePullImage`); an image that needs a newer CUDA than the driver is refused
+before anything is created.
 """
 import logging
-import sys
+import os
+import shutil
+import subprocess
 import threading
-from typing import Any, Mapping, Optional
+from typing import IO, Any, List, Mapping, Optional
 
 import docker
 import docker.errors
 
+from framework.executor import sandbox as sandbox_files
 from framework.executor.launch_errors import TaskFailure
 from framework.executor.task_process import command_of, driver_volume, task_environment
-from framework.task_spec import TaskSpec
+from framework.task_spec import BRIDGE, TaskSpec
 from isolator import docker_devices
 from isolator.api import Grant
 from volumes import environment, image_rules
@@ -31,6 +42,8 @@ from common.errors import UserError
 log = logging.getLogger(__name__)
 
 TASK_LABEL = "mesos-gpu.task-id"
+DOCKER_CLI = "docker"
+CREATE_TIMEOUT = 120.0
 
 
 def docker_client(docker_host: Optional[str], agent: str) -> docker.DockerClient:
@@ -42,6 +55,16 @@ def docker_client(docker_host: Optional[str], agent: str) -> docker.DockerClient
     except docker.errors.DockerException as e:
         raise TaskFailure(f"agent {agent} cannot run this container type: no Docker engine "
                           f"answers at {docker_host or 'the default socket'} ({e})") from None
+
+
+def pull(client: docker.DockerClient, image: str, agent: str) -> None:
+    """forcePullImage: the image pulled again before the task runs."""
+    log.info("pulling %s (forcePullImage)", image)
+    try:
+        client.images.pull(image)
+    except docker.errors.DockerException as e:
+        raise TaskFailure(f"forcePullImage: pulling {image} on agent {agent} failed: "
+                          f"{getattr(e, 'explanation', None) or e}", retry=True) from None
 
 
 def inspect(client: docker.DockerClient, image: str, agent: str) -> image_rules.ImageInfo:
@@ -63,40 +86,115 @@ class DockerContainer:
 
     def __init__(self, spec: TaskSpec, container_id: str, client: docker.DockerClient,
                  image: image_rules.ImageInfo, grant: Optional[Grant],
-                 extra_env: Mapping[str, str]) -> None:
+                 extra_env: Mapping[str, str], sandbox: str = "",
+                 docker_host: Optional[str] = None) -> None:
         self.spec = spec
         self.container_id = container_id
         self.client = client
         self.image = image
         self.grant = grant
-        self.extra_env = extra_env
+        self.extra_env = {**extra_env, "MESOS_SANDBOX": sandbox_files.MOUNT_POINT}
+        self.sandbox = sandbox
+        self.docker_host = docker_host
         self.container: Optional[Any] = None
         self.volume_path = driver_volume(grant, image.needs_volume)
+        self.env = task_environment(self.spec, self.image.env, self.grant,
+                                    bool(self.volume_path), self.extra_env)
 
     def describe(self) -> str:
         volume = f", driver volume {self.volume_path}" if self.volume_path else ""
-        return f"Docker container {self.container_id} from {self.spec.image}{volume}"
+        network = f", {self.spec.network.lower()} network"
+        return f"Docker container {self.container_id} from {self.spec.image}{network}{volume}"
+
+    def create_argv(self) -> List[str]:
+        """`docker create` options, image and command for this task."""
+        spec = self.spec
+        argv = ["--name", self.container_id]
+        labels = {**docker_devices.labels(self.container_id), TASK_LABEL: spec.id,
+                  "MESOS_TASK_ID": self.extra_env.get("MESOS_TASK_ID", spec.id)}
+        for key, value in labels.items():
+            argv += ["--label", f"{key}={value}"]
+        argv += ["--network", "bridge" if spec.network == BRIDGE else "host"]
+        if spec.network == BRIDGE:
+            for request, host in zip(spec.ports, spec.host_ports):
+                if host is None:
+                    continue
+                for protocol in request.protocol.split(","):
+                    argv += ["--publish",
+                             f"{host}:{request.container_port or host}/{protocol.strip()}"]
+        for device in docker_devices.docker_options(self.grant)["devices"]:
+            argv += ["--device", device]
+        if self.volume_path:
+            argv += ["--volume", f"{self.volume_path}:{environment.MOUNT_POINT}:ro"]
+        if self.sandbox:
+            argv += ["--volume", f"{self.sandbox}:{sandbox_files.MOUNT_POINT}",
+                     "--workdir", sandbox_files.MOUNT_POINT]
+        for volume in spec.volumes:
+            source = volume.host_path if volume.host_path.startswith("/") else \
+                sandbox_files.directory_in(self.sandbox, volume.host_path, "volume hostPath")
+            target = volume.target(sandbox_files.MOUNT_POINT)
+            argv += ["--volume", f"{source}:{target}:{'ro' if volume.read_only else 'rw'}"]
+        if spec.mem > 0:
+            argv += ["--memory", f"{max(6, int(spec.mem))}m"]
+        if spec.cpus > 0:
+            argv += ["--cpu-shares", str(max(2, int(spec.cpus * 1024)))]
+        if spec.privileged:
+            argv.append("--privileged")
+        if spec.user:
+            argv += ["--user", spec.user]
+        for name, value in self.env.items():
+            argv += ["--env", f"{name}={value}"]
+        for key, value in spec.docker_parameters:
+            argv.append(f"--{key.strip().lstrip('-')}={value}")
+        argv.append(self.image.id or spec.image)
+        argv += command_of(spec) or []
+        return argv
 
     def create(self) -> str:
         """Create (not start) the container; returns its Docker id."""
-        kwargs: dict[str, Any] = dict(docker_devices.docker_options(self.grant))
-        if self.volume_path:
-            kwargs["volumes"] = {self.volume_path: {"bind": environment.MOUNT_POINT, "mode": "ro"}}
-        if self.spec.mem > 0:
-            kwargs["mem_limit"] = f"{max(6, int(self.spec.mem))}m"
-        if self.spec.cpus > 0:
-            kwargs["cpu_shares"] = max(2, int(self.spec.cpus * 1024))
-        env = task_environment(self.spec, self.image.env, self.grant, bool(self.volume_path),
-                               self.extra_env)
-        labels = {**docker_devices.labels(self.container_id), TASK_LABEL: self.spec.id}
+        cli = shutil.which(DOCKER_CLI)
+        if cli is None:
+            raise TaskFailure("this agent cannot run DOCKER containers: the docker command "
+                              "(Debian package docker.io) is not installed")
+        env = dict(os.environ)
+        if self.docker_host:
+            env["DOCKER_HOST"] = self.docker_host
+        if self.spec.user and self.sandbox:
+            self._give_sandbox(self.spec.user)
         try:
-            self.container = self.client.containers.create(
-                self.image.id or self.spec.image, command_of(self.spec), name=self.container_id,
-                environment=env, labels=labels, network_mode="host", detach=True, **kwargs)
-        except docker.errors.DockerException as e:
+            result = subprocess.run([cli, "create", *self.create_argv()], env=env,
+                                    stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                    timeout=CREATE_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            raise TaskFailure(f"docker create did not answer within {CREATE_TIMEOUT:g}s",
+                              retry=True) from None
+        if result.returncode != 0:
+            self._forget_half_made()
+            message = result.stderr.strip().splitlines()
             raise TaskFailure(f"the Docker engine refused to create the container: "
-                              f"{getattr(e, 'explanation', None) or e}") from None
+                              f"{message[-1] if message else 'exit ' + str(result.returncode)}")
+        docker_id = result.stdout.strip().splitlines()[-1]
+        try:
+            self.container = self.client.containers.get(docker_id)
+        except docker.errors.DockerException as e:
+            raise TaskFailure(f"the container {docker_id} was created but cannot be read: {e}",
+                              retry=True) from None
         return self.container.id
+
+    def _give_sandbox(self, user: str) -> None:
+        """The sandbox owned by the task's user, as Mesos does it: the user as
+        this host knows it (the image resolves the name for the process)."""
+        try:
+            sandbox_files.give_to(self.sandbox, *sandbox_files.host_ids(user))
+        except LookupError as e:
+            log.warning("sandbox of %s left to root: %s", self.container_id, e)
+
+    def _forget_half_made(self) -> None:
+        """A create that failed part-way may leave the named container behind."""
+        try:
+            self.client.containers.get(self.container_id).remove(force=True)
+        except docker.errors.DockerException:
+            pass
 
     def start(self) -> None:
         try:
@@ -104,17 +202,34 @@ class DockerContainer:
         except docker.errors.DockerException as e:
             raise TaskFailure(f"the Docker engine refused to start the container: "
                               f"{getattr(e, 'explanation', None) or e}") from None
-        threading.Thread(target=self._copy_output, name=f"logs-{self.container_id}",
-                         daemon=True).start()
+        if self.sandbox:
+            stdout, stderr = sandbox_files.open_output(self.sandbox)
+            for name, sink in (("stdout", stdout), ("stderr", stderr)):
+                threading.Thread(target=self._copy_output, args=(name, sink),
+                                 name=f"{name}-{self.container_id}", daemon=True).start()
 
-    def _copy_output(self) -> None:
-        """The container's output into the executor's (the sandbox's stdout)."""
+    def _copy_output(self, name: str, sink: IO[bytes]) -> None:
+        """One of the container's streams into its sandbox file."""
         try:
-            for chunk in self.container.logs(stream=True, follow=True):
-                sys.stdout.buffer.write(chunk)
-                sys.stdout.flush()
-        except docker.errors.DockerException:
+            for chunk in self.container.logs(stream=True, follow=True, stdout=name == "stdout",
+                                             stderr=name == "stderr"):
+                sink.write(chunk)
+        except (docker.errors.DockerException, OSError):
             pass
+        finally:
+            sink.close()
+
+    def pid(self) -> Optional[int]:
+        """The container's first process on the host (its namespaces' holder)."""
+        try:
+            self.container.reload()
+            return int(self.container.attrs["State"]["Pid"]) or None
+        except (docker.errors.DockerException, KeyError, TypeError, ValueError):
+            return None
+
+    def environment(self) -> Mapping[str, str]:
+        """The task's environment, as its processes see it (image's, then ours)."""
+        return self.env
 
     def wait(self) -> int:
         try:

@@ -11,8 +11,10 @@ For each task (its TaskSpec is in TaskInfo.data, see framework.taskinfo):
 4. creates the container (docker_task / unified_task), has the daemon isolate
    it (the Docker id, or the child's pid before it runs anything), starts it;
 5. TASK_RUNNING (labels: granted GPU UUIDs, container id), follows it to its
-   end; while it runs, its GPU usage goes out in TASK_RUNNING updates' data
-   (usage_reporter.py);
+   end, running its Mesos-level health check (framework.executor.health) and
+   reporting each change of health as TASK_RUNNING with `healthy`; a task that
+   fails too many checks is killed (TASK_KILLED, healthy false); while it runs,
+   its GPU usage goes out in TASK_RUNNING updates' data (usage_reporter.py);
 6. always cleans up (container removed, GPUs returned to the daemon) and only
    then sends TASK_FINISHED, TASK_FAILED with the exit code, or TASK_KILLED:
    Mesos offers the GPUs again once that update is acknowledged. A container
@@ -44,9 +46,13 @@ from pymesos.utils import parse_duration
 
 import framework.mesos_driver  # noqa: F401  (no interrupt_main from pymesos' IO thread)
 from framework import taskinfo
-from framework.executor.docker_container import DockerContainer, check_cuda, docker_client, inspect
+from framework.executor.docker_container import (DockerContainer, check_cuda, docker_client,
+                                                  inspect, pull)
+from framework.executor.health import HealthChecker, HealthStatus
+from framework.executor.host_ports import check_free
 from framework.executor.launch_errors import TaskFailure
 from framework.executor import variant_check
+from framework.health_check import COMMAND, HealthCheckError
 from framework.executor.usage_reporter import UsageReporter
 from framework.task_spec import DOCKER, TaskSpec
 from framework.executor.mesos_container import (MesosHostContainer, MesosImageContainer,
@@ -148,6 +154,7 @@ class Outcome:
     message: str
     reason: Optional[str] = None
     labels: Optional[Mapping[str, str]] = None
+    healthy: Optional[bool] = None
 
 
 class TaskRun:
@@ -165,13 +172,17 @@ class TaskRun:
         self.done = threading.Event()
         self.container: Optional[ContainerRun] = None
         self.prepared = False
+        self.checker: Optional[HealthChecker] = None
+        self.unhealthy: Optional[HealthStatus] = None   # killed for failing its checks
+        self.running_labels: Mapping[str, str] = {}
         self.usage: Optional[UsageReporter] = None
         self._lock = threading.Lock()
 
     # -- status updates -------------------------------------------------------------------
 
     def send(self, state: str, message: str = "", reason: Optional[str] = None,
-             labels: Optional[Mapping[str, str]] = None, data: Optional[str] = None) -> None:
+             labels: Optional[Mapping[str, str]] = None, healthy: Optional[bool] = None,
+             data: Optional[str] = None) -> None:
         status: dict[str, Any] = {"task_id": {"value": self.task_id}, "state": state,
                                   "timestamp": time.time()}
         if message:
@@ -180,6 +191,8 @@ class TaskRun:
             status["reason"] = reason
         if labels:
             status["labels"] = taskinfo.labels(labels)
+        if healthy is not None:
+            status["healthy"] = healthy
         if data:
             status["data"] = data
         log.info("task %s: %s %s", self.task_id, state, message)
@@ -196,13 +209,16 @@ class TaskRun:
         except Exception as e:  # never leave a task without a terminal update
             log.exception("task %s: unexpected executor error", self.task_id)
             outcome = Outcome("TASK_FAILED", f"executor error: {e}", "REASON_EXECUTOR_TERMINATED")
+        if self.checker is not None:
+            self.checker.stop()
         usage = self.usage.stop() if self.usage is not None else None
         try:
             stopped = self._clean_up()
             if stopped is not None and outcome.state != "TASK_KILLED":
                 outcome = gpu_fault_outcome(stopped)
         finally:
-            self.send(outcome.state, outcome.message, outcome.reason, outcome.labels, usage)
+            self.send(outcome.state, outcome.message, outcome.reason, outcome.labels,
+                      healthy=outcome.healthy, data=usage)
             self._discard_files()
             self.done.set()
             self.executor.task_done(self)
@@ -224,19 +240,69 @@ class TaskRun:
                            {taskinfo.RETRY_LABEL: "true" if e.retry else "false"})
         uuids = ",".join(grant.uuids if grant else ())
         running = f"running as {self.container.describe()}"
-        labels = {taskinfo.GPUS_LABEL: uuids, taskinfo.CONTAINER_LABEL: self.container_id}
-        self.send("TASK_RUNNING", running, labels=labels)
+        self.running_labels = {taskinfo.GPUS_LABEL: uuids,
+                               taskinfo.CONTAINER_LABEL: self.container_id}
+        self.send("TASK_RUNNING", running, labels=self.running_labels)
+        self._watch_health(spec)
         if grant is not None and grant.gpus:
             self.usage = UsageReporter(
                 self.executor.agent, self.container_id,
-                lambda data: self.send("TASK_RUNNING", running, labels=labels, data=data)).start()
+                lambda data: self.send("TASK_RUNNING", running, labels=self.running_labels,
+                                       data=data)).start()
         code = self.container.wait()
+        if self.unhealthy is not None:
+            status = self.unhealthy
+            return Outcome("TASK_KILLED", f"killed after {status.consecutive_failures} "
+                           f"consecutive failed health checks: {status.cause}",
+                           "REASON_TASK_HEALTH_CHECK_STATUS_UPDATED",
+                           {taskinfo.HEALTH_KILLED_LABEL: "true",
+                            taskinfo.HEALTH_FAILURES_LABEL: str(status.consecutive_failures),
+                            taskinfo.HEALTH_CAUSE_LABEL: status.cause}, healthy=False)
         if self.killed.is_set():
             return Outcome("TASK_KILLED", f"killed (exit code {code})")
         if code == 0:
             return Outcome("TASK_FINISHED", "exit code 0")
         return Outcome("TASK_FAILED", f"the command exited with code {code}",
                        "REASON_COMMAND_EXECUTOR_FAILED")
+
+    # -- health ----------------------------------------------------------------------------
+
+    def _watch_health(self, spec: TaskSpec) -> None:
+        """Start the task's Mesos-level health check, if it has one."""
+        check = spec.health_check
+        if check is None:
+            return
+        try:
+            port = None if check.protocol == COMMAND else \
+                check.target_port(spec.network, spec.ports, spec.host_ports)
+        except HealthCheckError as e:
+            log.error("task %s: its health check cannot run: %s", self.task_id, e)
+            return
+        self.checker = HealthChecker(check, port, self.container.pid,
+                                     self.container.environment(), self._health_changed,
+                                     self._health_failed, self.task_id)
+        self.checker.start()
+
+    def _health_changed(self, status: HealthStatus) -> None:
+        if self.killed.is_set():
+            return
+        labels = dict(self.running_labels)
+        labels[taskinfo.HEALTH_FAILURES_LABEL] = str(status.consecutive_failures)
+        if status.cause:
+            labels[taskinfo.HEALTH_CAUSE_LABEL] = status.cause
+        message = "health check passed" if status.healthy else \
+            f"health check failed ({status.consecutive_failures} in a row): {status.cause}"
+        self.send("TASK_RUNNING", message, "REASON_TASK_HEALTH_CHECK_STATUS_UPDATED", labels,
+                  healthy=status.healthy)
+
+    def _health_failed(self, status: HealthStatus) -> None:
+        """Too many consecutive failures: kill the task (Mesos's checker does)."""
+        if self.killed.is_set():
+            return
+        log.warning("task %s: killing it after %d consecutive failed health checks",
+                    self.task_id, status.consecutive_failures)
+        self.unhealthy = status
+        self.kill()
 
     def _create(self, spec: TaskSpec) -> Optional[Grant]:
         """Checks, prepare, create, isolate: everything before the start."""
@@ -245,15 +311,19 @@ class TaskRun:
         if spec.container == DOCKER or spec.image:
             client = docker_client(self.executor.docker_host, agent)
             variant_check.verify(spec, client, self.executor.agent, agent)  # pulls it too
+            if spec.force_pull and not spec.variant:
+                pull(client, spec.image, agent)
             image = inspect(client, spec.image, agent)
             if image.cuda_version is not None:
                 check_cuda(self._driver_cuda(spec), image)
+        check_free(spec.ports, spec.host_ports, agent)
         grant = self._prepare(spec)
         extra = {"MESOS_TASK_ID": self.task_id}
         with self._lock:
             if spec.container == DOCKER:
                 self.container = DockerContainer(spec, self.container_id, client, image, grant,
-                                                 extra)
+                                                 extra, self.executor.sandbox,
+                                                 self.executor.docker_host)
             elif spec.image:
                 self.container = MesosImageContainer(spec, self.container_id, client, image,
                                                      grant, extra, self.executor.sandbox)

@@ -6,14 +6,20 @@ each kind of child waits until the executor says it has been placed:
 
 - MesosHostContainer (no image): `unshare --mount` + a small shell that blocks on a pipe,
   then, in its private mount namespace, bind-mounts the driver volume
-  read-only at /usr/local/nvidia (when the rules say so) and execs the command
-  on the host's filesystem;
+  read-only at /usr/local/nvidia (when the rules say so) and the app's volumes,
+  and execs the command on the host's filesystem, in the sandbox, as the
+  app's user when it names one;
 - MesosImageContainer (a Docker image): the image's root filesystem is exported from the
   local Docker engine into an OCI bundle and run by `runc` (Debian's docker.io
   ships it). `runc create` leaves the container's init blocked until
   `runc start`; the init's pid is isolated in between. The bundle lists the
   granted device nodes; devices the task makes itself stay denied by the
   cgroup. The executor is the init's subreaper, so it gets the exit status.
+  The sandbox is mounted at /mnt/mesos/sandbox (the working directory), the
+  app's volumes where it says, and the process runs as the app's user (looked
+  up in the image's /etc/passwd).
+
+Either way the task's stdout and stderr are the sandbox's `stdout` and `stderr`.
 """
 import json
 import logging
@@ -29,6 +35,7 @@ from typing import Any, Mapping, Optional
 import docker
 import docker.errors
 
+from framework.executor import sandbox as sandbox_files
 from framework.executor.launch_errors import TaskFailure
 from framework.executor.task_process import command_of, driver_volume, task_environment
 from framework.task_spec import TaskSpec
@@ -39,14 +46,21 @@ from volumes.image_rules import ImageInfo, needs_volume
 log = logging.getLogger(__name__)
 
 # Runs as the child: wait for the go-ahead on stdin (a pipe), mount the
-# volume, exec the command with stdin from /dev/null.
+# driver volume ($1) and the app's volumes ($2: "source target ro|rw" lines),
+# exec the command ($3: the setpriv prefix for another user, else empty) with
+# stdin from /dev/null.
 _HOST_LAUNCHER = r"""
 read -r go || exit 125
 exec </dev/null
 if [ -n "$1" ]; then
   mount --bind -o ro,nosuid,nodev "$1" /usr/local/nvidia || exit 126
 fi
-shift
+printf '%s\n' "$2" | while read -r source target mode; do
+  [ -n "$source" ] || continue
+  mount --bind "$source" "$target" || exit 126
+  if [ "$mode" = ro ]; then mount -o remount,bind,ro "$target" || exit 126; fi
+done || exit 126
+shift 2
 exec "$@"
 """
 EXIT_NOT_PLACED = 125
@@ -85,8 +99,9 @@ class MesosHostContainer:
         self.grant = grant
         self.sandbox = sandbox
         self.volume_path = driver_volume(grant, needs_volume(spec.labels, spec.env))
-        base = {"PATH": environment.DEFAULT_PATH, "HOME": "/root", "MESOS_SANDBOX": sandbox}
-        self.env = task_environment(spec, base, grant, bool(self.volume_path), extra_env)
+        base = {"PATH": environment.DEFAULT_PATH, "HOME": "/root"}
+        self.env = task_environment(spec, base, grant, bool(self.volume_path),
+                                    {**extra_env, "MESOS_SANDBOX": sandbox})
         self.process: Optional[subprocess.Popen] = None
         self._go: Optional[int] = None
 
@@ -103,19 +118,65 @@ class MesosHostContainer:
             raise TaskFailure(f"task {self.spec.id}: nothing to run (no cmd, no args)")
         if self.volume_path:
             os.makedirs(environment.MOUNT_POINT, exist_ok=True)  # the mount point, empty
+        mounts = self._volume_lines()
+        prefix = self._as_user()
+        stdout, stderr = sandbox_files.open_output(self.sandbox)
         read_end, self._go = os.pipe()
         try:
             self.process = subprocess.Popen(
                 ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c",
-                 _HOST_LAUNCHER, "mesos-gpu-launch", self.volume_path or "", *argv],
-                env=self.env, cwd=self.sandbox, stdin=read_end, start_new_session=True)
+                 _HOST_LAUNCHER, "mesos-gpu-launch", self.volume_path or "", mounts,
+                 *prefix, *argv],
+                env=self.env, cwd=self.sandbox, stdin=read_end, stdout=stdout, stderr=stderr,
+                start_new_session=True)
         except OSError as e:
             os.close(self._go)
             self._go = None
             raise TaskFailure(f"cannot start the task's process: {e}") from None
         finally:
             os.close(read_end)
+            stdout.close()
+            stderr.close()
         return self.process.pid
+
+    def _volume_lines(self) -> str:
+        """The app's volumes for the launcher: a relative container path is in
+        the sandbox (made when missing), an absolute one must exist on the host."""
+        lines = []
+        for volume in self.spec.volumes:
+            source = _volume_source(volume, self.sandbox)
+            target = volume.target(self.sandbox)
+            if not volume.container_path.startswith("/"):
+                target = sandbox_files.directory_in(self.sandbox, volume.container_path,
+                                                    "volume containerPath")
+            elif not os.path.exists(target):
+                raise TaskFailure(f"volume {volume.container_path}: a task without an image "
+                                  f"runs on the host's filesystem, where {target} does not "
+                                  f"exist")
+            if any(c.isspace() for c in source + target):
+                raise TaskFailure(f"volume {volume.host_path} -> {volume.container_path}: "
+                                  f"paths with white space are not supported")
+            lines.append(f"{source} {target} {'ro' if volume.read_only else 'rw'}")
+        return "\n".join(lines)
+
+    def _as_user(self) -> list:
+        """`setpriv` to run the command as the app's user (a user of this host)."""
+        if not self.spec.user:
+            return []
+        try:
+            uid, gid = sandbox_files.host_ids(self.spec.user)
+        except LookupError as e:
+            raise TaskFailure(f"user: {e}") from None
+        sandbox_files.give_to(self.sandbox, uid, gid)
+        groups = ["--init-groups"] if not self.spec.user.split(":")[0].isdigit() \
+            else ["--clear-groups"]
+        return ["setpriv", f"--reuid={uid}", f"--regid={gid}", *groups, "--"]
+
+    def pid(self) -> Optional[int]:
+        return self.process.pid if self.process is not None else None
+
+    def environment(self) -> Mapping[str, str]:
+        return self.env
 
     def start(self) -> None:
         os.write(self._go, b"go\n")
@@ -165,7 +226,8 @@ class MesosImageContainer:
         self.workdir = workdir  # the sandbox: Mesos reclaims it even if we die
         self.volume_path = driver_volume(grant, image.needs_volume)
         self.bundle: Optional[Path] = None
-        self.pid: Optional[int] = None
+        self.init_pid: Optional[int] = None
+        self.env: dict = {}
 
     def describe(self) -> str:
         volume = f", driver volume {self.volume_path}" if self.volume_path else ""
@@ -195,19 +257,33 @@ class MesosImageContainer:
         if not shutil.which(self.runc):
             raise TaskFailure("this agent cannot run MESOS containers with an image: "
                               "runc is not installed")
-        self.bundle = Path(tempfile.mkdtemp(prefix="runc-bundle-", dir=self.workdir))
+        # In the sandbox (Mesos reclaims it even if we die), in a directory the
+        # task does not see (a tmpfs covers it in the container).
+        self.bundle = Path(tempfile.mkdtemp(prefix="runc-bundle-",
+                                            dir=sandbox_files.private_dir(self.workdir)))
         config = self._image_config()
         self._export_rootfs()
         (self.bundle / "config.json").write_text(json.dumps(self._oci_config(config), indent=1))
         pid_file = self.bundle / "init.pid"
-        # The container's init inherits runc's stdio: the executor's own (the
-        # sandbox files), never a pipe we would wait on. Errors go to runc's log.
-        result = self._runc("create", "--bundle", str(self.bundle), "--pid-file", str(pid_file),
-                            self.container_id)
+        # The container's init inherits runc's stdio: the sandbox's stdout and
+        # stderr files, never a pipe we would wait on. Errors go to runc's log.
+        stdout, stderr = sandbox_files.open_output(self.workdir)
+        try:
+            result = self._runc("create", "--bundle", str(self.bundle), "--pid-file",
+                                str(pid_file), self.container_id, stdout=stdout, stderr=stderr)
+        finally:
+            stdout.close()
+            stderr.close()
         if result.returncode != 0:
             raise TaskFailure(f"runc could not create the container: {self._runc_error()}")
-        self.pid = int(pid_file.read_text())
-        return self.pid
+        self.init_pid = int(pid_file.read_text())
+        return self.init_pid
+
+    def pid(self) -> Optional[int]:
+        return self.init_pid
+
+    def environment(self) -> Mapping[str, str]:
+        return self.env
 
     def _image_config(self) -> dict:
         try:
@@ -248,11 +324,39 @@ class MesosImageContainer:
             raise TaskFailure(f"image {self.spec.image} has no command and the task gives none")
         return args
 
+    def _user(self) -> dict:
+        """The OCI process user: the app's, looked up in the image."""
+        if not self.spec.user:
+            return {"uid": 0, "gid": 0}
+        ids = sandbox_files.image_ids(str(self.bundle / "rootfs"), self.spec.user)
+        if ids is None:
+            raise TaskFailure(f"user: {self.spec.user!r} is not a user of image "
+                              f"{self.spec.image} (its /etc/passwd)")
+        sandbox_files.give_to(self.workdir, *ids)
+        return {"uid": ids[0], "gid": ids[1]}
+
+    def _sandbox_mounts(self) -> list:
+        """The sandbox at /mnt/mesos/sandbox (without the executor's files), then
+        the app's volumes."""
+        target = sandbox_files.MOUNT_POINT
+        mounts = [
+            {"destination": target, "type": "bind", "source": self.workdir,
+             "options": ["bind", "rw", "nosuid", "nodev"]},
+            {"destination": f"{target}/{sandbox_files.PRIVATE_DIR}", "type": "tmpfs",
+             "source": "tmpfs", "options": ["ro", "nosuid", "nodev", "noexec", "size=4k"]}]
+        for volume in self.spec.volumes:
+            source = _volume_source(volume, self.workdir)
+            mounts.append({"destination": volume.target(target), "type": "bind",
+                           "source": source, "options": ["rbind", "ro" if volume.read_only
+                                                         else "rw", "nosuid", "nodev"]})
+        return mounts
+
     def _oci_config(self, config: Mapping[str, Any]) -> dict:
         image_env = dict(item.split("=", 1) for item in config.get("Env") or [] if "=" in item)
         base = {"PATH": environment.DEFAULT_PATH, "HOME": "/root", **image_env}
         env = task_environment(self.spec, base, self.grant, bool(self.volume_path),
-                               self.extra_env)
+                               {**self.extra_env, "MESOS_SANDBOX": sandbox_files.MOUNT_POINT})
+        self.env = env
         mounts = [
             {"destination": "/proc", "type": "proc", "source": "proc"},
             {"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
@@ -267,6 +371,7 @@ class MesosImageContainer:
         if self.volume_path:
             mounts.append({"destination": environment.MOUNT_POINT, "type": "bind",
                            "source": self.volume_path, "options": ["rbind", "ro", "nosuid", "nodev"]})
+        mounts += self._sandbox_mounts()
         granted = self.grant.devices if self.grant else ()
         devices = [{"path": f"/dev/{d.name}", "type": "c", "major": d.major, "minor": d.minor,
                     "fileMode": 0o666, "uid": 0, "gid": 0} for d in granted]
@@ -280,10 +385,10 @@ class MesosImageContainer:
             resources["cpu"] = {"shares": max(2, int(self.spec.cpus * 1024))}
         return {
             "ociVersion": "1.0.2",
-            "process": {"terminal": False, "user": {"uid": 0, "gid": 0},
+            "process": {"terminal": False, "user": self._user(),
                         "args": self._process_args(config),
                         "env": [f"{k}={v}" for k, v in env.items()],
-                        "cwd": config.get("WorkingDir") or "/",
+                        "cwd": sandbox_files.MOUNT_POINT,
                         "capabilities": {name: DOCKER_CAPABILITIES for name in
                                          ("bounding", "effective", "permitted")},
                         "noNewPrivileges": True},
@@ -303,7 +408,7 @@ class MesosImageContainer:
 
     def wait(self) -> int:
         try:
-            _, status = os.waitpid(self.pid, 0)
+            _, status = os.waitpid(self.init_pid, 0)
             code = os.waitstatus_to_exitcode(status)
             return code if code >= 0 else 128 - code
         except ChildProcessError:  # not our child after all (no subreaper): poll runc
@@ -329,7 +434,7 @@ class MesosImageContainer:
         while time.monotonic() < deadline and self._state() not in ("stopped", None):
             time.sleep(0.1)
         try:
-            os.kill(self.pid, signal.SIGKILL)
+            os.kill(self.init_pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
 
@@ -342,3 +447,13 @@ class MesosImageContainer:
         if self.bundle is not None:
             shutil.rmtree(self.bundle, ignore_errors=True)
             self.bundle = None
+
+
+def _volume_source(volume, sandbox: str) -> str:
+    """What to bind-mount: a relative host path is a directory of the sandbox;
+    an absolute one must exist on this agent (as Mesos wants it)."""
+    if not volume.host_path.startswith("/"):
+        return sandbox_files.directory_in(sandbox, volume.host_path, "volume hostPath")
+    if not os.path.exists(volume.host_path):
+        raise TaskFailure(f"volume {volume.host_path}: it does not exist on this agent")
+    return volume.host_path

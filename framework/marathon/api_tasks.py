@@ -47,7 +47,9 @@ class TasksResource:
 
     def deployments(self, r: Request) -> Response:
         with self.registry.lock:
-            return Response(200, [deployments.to_json(p, self.registry.progress.get(p["id"], 0))
+            readiness = self.registry.readiness
+            return Response(200, [deployments.to_json(p, self.registry.progress.get(p["id"], 0),
+                                                      readiness and readiness.results_for)
                                   for p in self.registry.plans.values()])
 
     def cancel(self, r: Request, plan_id: str) -> Response:

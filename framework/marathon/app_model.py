@@ -15,11 +15,12 @@ from every key (marathon-python does) keep working.
 from typing import Any, Dict, List, Optional
 
 from framework import constraints as constraint_rules
-from framework.marathon import ids
+from framework.container_options import reserved_parameter
+from framework.fetch_uri import extractable
+from framework.marathon import health_checks, ids, readiness_checks
 from framework.marathon.json_reader import Reader, child
 from framework.marathon.security import DockerPolicy, refusal
 from framework.marathon.validation import Violations
-from framework.matching import GPU_SCHEDULING_BEHAVIORS, GPU_SCHEDULING_LABEL
 
 DOCKER, MESOS = "DOCKER", "MESOS"
 DEFAULTS = {
@@ -35,16 +36,32 @@ DOCKER_NETWORKS = {"HOST": "host", "BRIDGE": "container/bridge", "USER": "contai
                    "NONE": "container"}
 CMD_ARGS_OR_CONTAINER = ("AppDefinition must either contain one of 'cmd' or 'args', "
                          "and/or a 'container'.")
-# Fields this framework stores but cannot honour; refused when non-empty rather
-# than accepted and silently not done.
+# Marathon fields this framework cannot honour; refused when set (non-empty)
+# rather than accepted and silently not done. The README lists them.
 NOT_SUPPORTED = {
-    "healthChecks": "health checks are not run by this framework",
-    "readinessChecks": "readiness checks are not run by this framework",
-    "fetch": "fetching URIs is not supported by this framework",
-    "uris": "fetching URIs is not supported by this framework",
     "secrets": "Feature secrets is not enabled. Enable with --enable_features secrets)",
     "residency": "resident tasks (local persistent volumes) are not supported by this framework",
+    "check": "Mesos checks (the app's `check`) are not run by this framework; use healthChecks",
+    "executorResources": "executorResources are not supported by this framework: each task "
+                         "runs in mesos-gpu's own executor",
+    "ipAddress": "ipAddress (IP per task) is not supported by this framework; use networks",
+    "resourceLimits": "resourceLimits (limits above the requested cpus/mem) are not supported "
+                      "by this framework",
+    "tty": "a TTY for the task is not supported by this framework",
 }
+# ... and the same inside `container` / `container.docker`.
+NOT_SUPPORTED_CONTAINER = {
+    "linuxInfo": "container.linuxInfo (seccomp, IPC, shared memory) is not supported by this "
+                 "framework",
+}
+NOT_SUPPORTED_DOCKER = {
+    "credential": "container.docker.credential is not supported: images are pulled with the "
+                  "agent's Docker credentials",
+    "pullConfig": "container.docker.pullConfig is not supported: images are pulled with the "
+                  "agent's Docker credentials",
+}
+COMMAND_EXECUTORS = ("", "//cmd")
+PORT_PROTOCOLS = ("tcp", "udp", "udp,tcp")
 
 
 def read_app(raw: Any, v: Violations, policy: DockerPolicy, app_id: Optional[str] = None) -> Optional[dict]:
@@ -67,12 +84,49 @@ def read_app(raw: Any, v: Violations, policy: DockerPolicy, app_id: Optional[str
     _read_scheduling(r, body, app)
     app["container"] = r.optional(body, "container", "/", lambda c, p: _read_container(r, c, p))
     _read_networking(r, body, app)
+    _read_checks(r, body, app)
     for name, reason in NOT_SUPPORTED.items():
         value = body.get(name)
-        if value not in (None, [], {}):
+        if value not in (None, [], {}, False):
             v.rule(f"/{name}", reason)
     _check_rules(app, v, policy)      # on what could be read: every problem in one answer
     return None if v else app
+
+
+def _read_checks(r: Reader, body: dict, app: dict) -> None:
+    """healthChecks, readinessChecks, and fetch (or the legacy uris)."""
+    app["healthChecks"] = r.optional(body, "healthChecks", "/", lambda x, p: r.array(
+        x, p, lambda c, q: health_checks.read(r, c, q)), [])
+    app["readinessChecks"] = r.optional(body, "readinessChecks", "/", lambda x, p: r.array(
+        x, p, lambda c, q: readiness_checks.read(r, c, q)), [])
+    fetch = r.optional(body, "fetch", "/", lambda x, p: r.array(
+        x, p, lambda f, q: _read_artifact(r, f, q)), [])
+    uris = r.optional(body, "uris", "/", lambda x, p: r.array(x, p, r.string), [])
+    if uris and fetch:
+        r.v.rule("/uris", "may not be set in conjunction with fetch")
+    elif uris:
+        fetch = [{"uri": uri, "extract": extractable(uri), "executable": False, "cache": False}
+                 for uri in uris]
+    app["fetch"] = fetch
+
+
+def _read_artifact(r: Reader, value: Any, path: str) -> Optional[dict]:
+    table = r.obj(value, path)
+    if table is None:
+        return None
+    if table.get("uri") is None:
+        r.v.type_error(child(path, "uri"), "error.path.missing")
+        return None
+    artifact = {"uri": r.string(table["uri"], child(path, "uri"), 1),
+                "extract": r.optional(table, "extract", path, r.boolean, True),
+                "executable": r.optional(table, "executable", path, r.boolean, False),
+                "cache": r.optional(table, "cache", path, r.boolean, False)}
+    dest = r.optional(table, "destPath", path, lambda x, p: r.string(x, p, 1))
+    if dest is not None:
+        if dest.startswith("/") or ".." in dest.split("/"):
+            r.v.rule(child(path, "destPath"), "must be a relative path inside the sandbox")
+        artifact["destPath"] = dest
+    return None if None in artifact.values() else artifact
 
 
 def _read_command(r: Reader, body: dict, app: dict) -> None:
@@ -166,6 +220,9 @@ def _read_container(r: Reader, value: Any, path: str) -> Optional[dict]:
     if table is None:
         return None
     kind = r.optional(table, "type", path, lambda x, p: r.enum(x, p, (DOCKER, MESOS)), DOCKER)
+    for name, reason in NOT_SUPPORTED_CONTAINER.items():
+        if table.get(name) not in (None, {}, []):
+            r.v.rule(child(path, name), reason)
     docker = r.optional(table, "docker", path, lambda x, p: _read_docker(r, x, p))
     volumes = r.optional(table, "volumes", path,
                          lambda x, p: r.array(x, p, lambda vol, q: _read_volume(r, vol, q)), [])
@@ -188,6 +245,9 @@ def _read_docker(r: Reader, value: Any, path: str) -> Optional[dict]:
     table = r.obj(value, path)
     if table is None:
         return None
+    for name, reason in NOT_SUPPORTED_DOCKER.items():
+        if table.get(name) not in (None, {}, []):
+            r.v.rule(child(path, name), reason)
     docker = {
         "image": r.optional(table, "image", path, r.string),
         "forcePullImage": r.optional(table, "forcePullImage", path, r.boolean, False),
@@ -275,6 +335,10 @@ def _read_networking(r: Reader, body: dict, app: dict) -> None:
     host_networking = all(n.get("mode") == "host" for n in networks if n)
     if definitions is None:
         definitions = [dict(DEFAULT_PORT_DEFINITION)] if host_networking else []
+    bridged = any(n and n.get("mode") == "container/bridge" for n in networks)
+    for mapping in (app.get("container") or {}).get("portMappings") or []:
+        if bridged and mapping is not None and "hostPort" not in mapping:
+            mapping["hostPort"] = 0          # Marathon: in BRIDGE mode a missing hostPort is 0
     app["portDefinitions"] = definitions
     app["requirePorts"] = r.optional(body, "requirePorts", "/", r.boolean, DEFAULTS["requirePorts"])
 
@@ -341,14 +405,53 @@ def _check_rules(app: dict, v: Violations, policy: DockerPolicy) -> None:
         v.rule("/", "portDefinitions are only allowed with host-networking")
     if host_networking and container and container.get("portMappings"):
         v.rule("/", "portMappings are not allowed with host-networking")
+    _check_networks(app, networks, v)
+    _check_ports_and_checks(app, v)
+    roles = app.get("acceptedResourceRoles")
+    if roles and "*" not in roles:
+        v.rule("/acceptedResourceRoles", "only unreserved resources (role *) are used by this "
+                                         "framework: acceptedResourceRoles must include \"*\"")
+    if app.get("executor") not in COMMAND_EXECUTORS and app.get("executor") is not None:
+        v.rule("/executor", "custom executors are not supported: every task runs in mesos-gpu's "
+                            "own executor (leave executor empty or \"//cmd\")")
     labels = app.get("labels") or {}
-    behavior = labels.get(GPU_SCHEDULING_LABEL)
-    if behavior is not None and behavior not in GPU_SCHEDULING_BEHAVIORS:
-        v.rule(f"/labels/{GPU_SCHEDULING_LABEL}",
-               f"must be one of {', '.join(GPU_SCHEDULING_BEHAVIORS)}")
     if labels.get("MARATHON_SINGLE_INSTANCE_APP") == "true" and (app.get("instances") or 0) > 1:
         v.rule("/", "Single instance app may only have one instance")
     _check_unique_ports(app.get("portDefinitions") or [], v)
+
+
+def _check_networks(app: dict, networks: List[dict], v: Violations) -> None:
+    container = app.get("container") or {}
+    docker = container.get("type") == DOCKER
+    for i, network in enumerate(networks):
+        if not network:
+            continue
+        if network["mode"] == "container":
+            v.rule(f"/networks({i})", "container (USER/CNI) networks are not supported by this "
+                                      "framework: use host or container/bridge (DOCKER)")
+        elif network["mode"] == "container/bridge" and not docker:
+            v.rule(f"/networks({i})", "container/bridge networking is only supported for DOCKER "
+                                      "containers by this framework")
+    if sum(1 for n in networks if n and n["mode"] == "container/bridge") > 1:
+        v.rule("/networks", "may only specify one container/bridge network")
+
+
+def _check_ports_and_checks(app: dict, v: Violations) -> None:
+    """Port protocols, and that health and readiness checks name ports the app has."""
+    container = app.get("container") or {}
+    mappings = container.get("portMappings") or []
+    definitions = app.get("portDefinitions") or []
+    for where, ports in (("portDefinitions", definitions), ("container/portMappings", mappings)):
+        for i, port in enumerate(ports):
+            if port.get("protocol") not in PORT_PROTOCOLS:
+                v.rule(f"/{where}({i})/protocol", f"must be one of {', '.join(PORT_PROTOCOLS)}")
+    ports = mappings or definitions
+    checks = app.get("healthChecks")
+    if checks:
+        health_checks.check_rules(checks, len(ports), container.get("type") == DOCKER, v)
+    readiness = app.get("readinessChecks")
+    if readiness:
+        readiness_checks.check_rules(readiness, {p["name"] for p in ports if "name" in p}, v)
 
 
 def _check_container(container: dict, v: Violations, policy: DockerPolicy) -> None:
@@ -365,13 +468,23 @@ def _check_container(container: dict, v: Violations, policy: DockerPolicy) -> No
         elif docker.get("privileged") and policy.refuses_privileged():
             v.rule("/container/docker/privileged", refusal("privileged: true"))
         for i, parameter in enumerate(docker.get("parameters") or ()):
-            if policy.refuses_parameter(parameter["key"], parameter["value"]):
+            if reserved_parameter(parameter["key"], parameter["value"]):
+                v.rule(f"/container/docker/parameters({i})",
+                       f"the Docker parameter {parameter['key']} is set by mesos-gpu's executor "
+                       f"(name, labels mesos-gpu.*, network, ports, lifecycle); use the app's "
+                       f"own fields (networks, portMappings)")
+            elif policy.refuses_parameter(parameter["key"], parameter["value"]):
                 v.rule(f"/container/docker/parameters({i})",
                        refusal(f"the Docker parameter {parameter['key']}={parameter['value']}"))
     for i, volume in enumerate(container["volumes"]):
-        if "hostPath" in volume and policy.refuses_host_volumes():
+        if "hostPath" not in volume:
+            v.rule(f"/container/volumes({i})/hostPath",
+                   "a volume needs a hostPath (an absolute host path, or a path in the sandbox)")
+        elif volume["hostPath"].startswith("/") and policy.refuses_host_volumes():
             v.rule(f"/container/volumes({i})/hostPath",
                    refusal(f"the host volume {volume['hostPath']}"))
+        elif ".." in volume["hostPath"].split("/") or ".." in volume["containerPath"].split("/"):
+            v.rule(f"/container/volumes({i})", "a relative path may not leave the sandbox (..)")
 
 
 def _check_unique_ports(definitions: List[dict], v: Violations) -> None:
@@ -381,6 +494,15 @@ def _check_unique_ports(definitions: List[dict], v: Violations) -> None:
     names = [d["name"] for d in definitions if "name" in d]
     if len(names) != len(set(names)):
         v.rule("/portDefinitions", "Port names must be unique.")
+
+
+def service_ports(app: dict) -> List[int]:
+    """The app's service ports: its port definitions' ports, or its port
+    mappings' servicePorts (0 where none is set yet)."""
+    mappings = (app.get("container") or {}).get("portMappings") or []
+    if mappings:
+        return [m.get("servicePort", 0) for m in mappings]
+    return [d["port"] for d in app.get("portDefinitions") or ()]
 
 
 # -- updates --------------------------------------------------------------------
@@ -402,6 +524,8 @@ def merge_update(existing: dict, update: Any) -> Any:
     if "networks" in update or "container" in update:
         if "portDefinitions" not in update and "ports" not in update:
             merged.pop("portDefinitions", None)
+    if update.get("uris") and "fetch" not in update:
+        merged.pop("fetch", None)           # legacy uris replace the stored fetch list
     return merged
 
 
@@ -411,16 +535,19 @@ _ORDER = ("id", "cmd", "args", "user", "env", "instances", "cpus", "mem", "disk"
           "backoffFactor", "maxLaunchDelaySeconds", "upgradeStrategy", "labels",
           "acceptedResourceRoles", "requirePorts", "portDefinitions", "networks",
           "taskKillGracePeriodSeconds", "killSelection", "unreachableStrategy", "role",
-          "version", "versionInfo")
+          "readinessChecks", "version", "versionInfo", "fetch", "healthChecks")
 
 
 def to_json(app: dict) -> dict:
     """The app as Marathon writes it (no status fields): unset optional fields left out,
-    `fetch` and `healthChecks` always present (empty) as older Marathons wrote them."""
+    `fetch` and `healthChecks` always present as older Marathons wrote them,
+    `readinessChecks` when the app has any."""
     out = {key: app[key] for key in _ORDER if app.get(key) is not None}
     if "args" in out and not out["args"]:
         del out["args"]
-    out["fetch"] = []
-    out["healthChecks"] = []
+    if not out.get("readinessChecks"):
+        out.pop("readinessChecks", None)
+    out.setdefault("fetch", [])
+    out.setdefault("healthChecks", [])
     return out
 

@@ -7,12 +7,17 @@ out. Nothing here talks to the scheduler.
 """
 from typing import Dict, List, Optional, Tuple
 
+from framework.marathon import app_model
 from framework.marathon.deployments import only_scaling
 from framework.marathon.registry import Registry
 from framework.marathon.validation import message, task_not_found
 from framework.task_record import TaskRecord
 
 SERVICE_PORT_MIN, SERVICE_PORT_MAX = 10000, 20000
+
+
+def old_service_ports(app: Optional[dict]) -> List[int]:
+    return app_model.service_ports(app) if app else []
 
 
 class AppService:
@@ -99,7 +104,14 @@ class AppService:
         """`app` as version `now` of itself (`old`: the version it replaces);
         `ports`: service ports already given to other apps of the same change."""
         app = dict(app, version=now)
-        app["portDefinitions"] = self._service_ports(app, old, ports if ports is not None else set())
+        taken = ports if ports is not None else set()
+        mappings = (app.get("container") or {}).get("portMappings")
+        if mappings:
+            app["container"] = dict(app["container"], portMappings=self._service_ports(
+                mappings, "servicePort", app["id"], old_service_ports(old), taken))
+        else:
+            app["portDefinitions"] = self._service_ports(
+                app["portDefinitions"], "port", app["id"], old_service_ports(old), taken)
         if old is None:
             app["versionInfo"] = {"lastScalingAt": now, "lastConfigChangeAt": now}
         else:
@@ -107,24 +119,25 @@ class AppService:
             app["versionInfo"] = {"lastScalingAt": now, "lastConfigChangeAt": config}
         return app
 
-    def _service_ports(self, app: dict, old: Optional[dict], taken: set) -> List[dict]:
-        """Port 0 in a port definition gets a free service port (10000-20000),
-        kept across updates; the ports given are added to `taken`."""
+    def _service_ports(self, ports: List[dict], key: str, app_id: str, previous: List[int],
+                       taken: set) -> List[dict]:
+        """Service port 0 (a port definition's `port`, a port mapping's missing or
+        0 `servicePort`) gets a free one (10000-20000), kept across updates; the
+        ports given are added to `taken`."""
         used = {port for port, owner in self.registry.port_owners.items()
-                if owner != app["id"]} | taken
-        previous = [d["port"] for d in (old or {}).get("portDefinitions", ())]
+                if owner != app_id} | taken
         out, candidate = [], SERVICE_PORT_MIN
-        for i, definition in enumerate(app["portDefinitions"]):
+        for i, definition in enumerate(ports):
             definition = dict(definition)
-            if definition["port"] == 0:
-                if i < len(previous) and previous[i] not in used:
-                    definition["port"] = previous[i]
+            if not definition.get(key):
+                if i < len(previous) and previous[i] and previous[i] not in used:
+                    definition[key] = previous[i]
                 else:
                     while candidate in used and candidate <= SERVICE_PORT_MAX:
                         candidate += 1
-                    definition["port"] = candidate
-                used.add(definition["port"])
-                taken.add(definition["port"])
+                    definition[key] = candidate
+                used.add(definition[key])
+                taken.add(definition[key])
             out.append(definition)
         return out
 

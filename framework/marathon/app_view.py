@@ -42,8 +42,9 @@ class AppView:
     # -- one app (callers hold the registry's lock) ------------------------------------
     def task_json(self, task: TaskRecord, with_gpus: bool) -> dict:
         app = self.registry.apps.get(task.app_id) or {}
-        ports = [d["port"] for d in app.get("portDefinitions", ())]
-        return task_json(task, ports, with_gpus)
+        health = self.registry.health
+        results = health.results_json(task) if health is not None else []
+        return task_json(task, app_model.service_ports(app), with_gpus, results)
 
     def status(self, app: dict, embeds: set, with_gpus: bool, index=None) -> dict:
         """Counts, deployments and (when embedded) tasks and the last failure."""
@@ -57,6 +58,8 @@ class AppView:
             failure = self.registry.last_failure.get(app["id"])
             if failure:
                 out["lastTaskFailure"] = failure
+        if "readiness" in embeds and self.registry.readiness is not None:
+            out["readinessCheckResults"] = self.registry.readiness.results_for(app["id"])
         return out
 
     def app_json(self, app: dict, embeds: set, with_gpus: bool = False, index=None) -> dict:

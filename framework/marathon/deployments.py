@@ -63,17 +63,20 @@ def affected_apps(plan: dict) -> List[str]:
     return sorted(set(plan["original"]) | set(plan["target"]))
 
 
-def to_json(plan: dict, current_step: int = 0) -> dict:
-    """Marathon's deployment JSON; `current_step` counts from 0 (shown from 1)."""
+def to_json(plan: dict, current_step: int = 0,
+            readiness: Optional[Callable[[str], List[dict]]] = None) -> dict:
+    """Marathon's deployment JSON; `current_step` counts from 0 (shown from 1);
+    `readiness(app id)`: the readiness check results of its tasks."""
     steps = plan["steps"]
     current = steps[min(current_step, len(steps) - 1)] if steps else []
+    results = readiness or (lambda app_id: [])
     return {
         "id": plan["id"],
         "version": plan["version"],
         "affectedApps": affected_apps(plan),
         "affectedPods": [],
         "steps": [{"actions": [dict(a) for a in step]} for step in steps],
-        "currentActions": [dict(a, readinessCheckResults=[]) for a in current],
+        "currentActions": [dict(a, readinessCheckResults=results(a["app"])) for a in current],
         "currentStep": min(current_step, len(steps) - 1) + 1 if steps else 0,
         "totalSteps": len(steps),
     }

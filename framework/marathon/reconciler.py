@@ -9,7 +9,10 @@ wait on each other.
 
 Upgrades (config change, restart) follow the app's upgradeStrategy as Marathon
 does: keep at least `minimumHealthCapacity * instances` running, run at most
-`maximumOverCapacity * instances` extra while old tasks are replaced.
+`maximumOverCapacity * instances` extra while old tasks are replaced. A new
+task counts once it runs and, when the app has them, its health checks pass
+and its readiness check says ready (framework.marathon.health_monitor,
+readiness): only then is an old one stopped, or the deployment done.
 """
 import logging
 import math
@@ -133,11 +136,13 @@ class Reconciler:
         r.tasks[record.id] = record
         if before != record:
             r.touched((record.app_id,))
+        if r.health is not None:
+            r.health.observe(before, record)
         if before is None or before.state != record.state:
             r.events.publish("status_update_event", slaveId=record.agent_id or "",
                              taskId=record.id, taskStatus=record.state,
                              message=record.message or "", appId=record.app_id,
-                             host=record.hostname or "", ports=[], ipAddresses=[],
+                             host=record.hostname or "", ports=list(record.ports), ipAddresses=[],
                              version=record.app_version,
                              **({"imageVariant": dict(record.variant)} if record.variant else {}))
             if record.state == RUNNING:
@@ -168,6 +173,20 @@ class Reconciler:
         if gone is not None:
             self.registry.touched((gone.app_id,))
         self.registry.kill_requested.pop(task_id, None)
+        for monitor in (self.registry.health, self.registry.readiness):
+            if monitor is not None:
+                monitor.forget(task_id)
+
+    def _up(self, app: dict, task: TaskRecord) -> bool:
+        """A task of the app's current version counts toward a deployment: it
+        runs, and is healthy and ready when the app has those checks."""
+        r = self.registry
+        if task.state != RUNNING:
+            return False
+        if app.get("healthChecks") and r.health is not None \
+                and not r.health.ready_for_deployment(app, task):
+            return False
+        return r.readiness is None or r.readiness.ready(app, task)
 
     # -- decisions ----------------------------------------------------------------------
     def _decide(self) -> Tuple[List[Tuple[TaskSpec, dict]], List[str]]:
@@ -222,7 +241,7 @@ class Reconciler:
         strategy = app["upgradeStrategy"]
         min_healthy = math.ceil(target * strategy["minimumHealthCapacity"])
         max_total = target + math.floor(target * strategy["maximumOverCapacity"])
-        running_current = sum(1 for t in current if t.state == RUNNING)
+        running_current = sum(1 for t in current if self._up(app, t))
         running_old = sum(1 for t in old if t.state == RUNNING)
         for task in sorted(old, key=lambda t: t.state == RUNNING):
             if task.state != RUNNING:
@@ -341,5 +360,5 @@ class Reconciler:
         if app is None:
             return True                 # removed by a later deployment
         config = app["versionInfo"]["lastConfigChangeAt"]
-        running = [t for t in live if t.state == RUNNING and t.config_version == config]
+        running = [t for t in live if t.config_version == config and self._up(app, t)]
         return len(live) == app["instances"] and len(running) == app["instances"]

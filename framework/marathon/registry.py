@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from collections import deque
 from typing import Callable, Deque, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
-from framework.marathon import deployments, groups
+from framework.marathon import app_model, deployments, groups, health_checks
 from framework.marathon.events import EventBus
 from framework.marathon.validation import Violations, app_locked, app_not_found
 from framework.marathon.versions import MAX_VERSIONS, VersionHistory
@@ -52,8 +52,8 @@ class Registry:
         self.history = VersionHistory(store, max_versions)
         self.groups.setdefault(groups.ROOT, groups.new_group(groups.ROOT, format_timestamp(clock())))
         # service port -> the app that has it (apps pick free ones, framework.marathon.app_service)
-        self.port_owners: Dict[int, str] = {d["port"]: a["id"] for a in self.apps.values()
-                                            for d in a.get("portDefinitions", ())}
+        self.port_owners: Dict[int, str] = {port: a["id"] for a in self.apps.values()
+                                            for port in app_model.service_ports(a) if port}
         # group id -> the ids of its direct apps and groups
         self._members: Dict[str, Set[str]] = {}
         for path_id in list(self.apps) + list(self.groups):
@@ -65,6 +65,8 @@ class Registry:
         self.last_failure: Dict[str, dict] = {}
         self.progress: Dict[str, int] = {}          # plan id -> its current step (from 0)
         self.held: Set[str] = set()                 # apps waiting for an earlier step
+        self.health = None     # the tasks' health (framework.marathon.health_monitor), once made
+        self.readiness = None  # readiness checks of deployments (framework.marathon.readiness)
         # Bumped by every change an answer may show (the listing cache's key),
         # with what changed in a short log (framework.marathon.app_view).
         self.generation = 0
@@ -147,11 +149,16 @@ class Registry:
                 tasks.setdefault(task.app_id, []).append(task)
         return plans, tasks
 
-    @staticmethod
-    def counts(tasks: List[TaskRecord]) -> Dict[str, int]:
+    def counts(self, tasks: List[TaskRecord]) -> Dict[str, int]:
+        healthy = unhealthy = 0
+        if self.health is not None:
+            for task in tasks:
+                verdict = self.health.healthy(task) if task.state == RUNNING else None
+                healthy += verdict is True
+                unhealthy += verdict is False
         return {"tasksStaged": sum(1 for t in tasks if t.state != RUNNING),
                 "tasksRunning": sum(1 for t in tasks if t.state == RUNNING),
-                "tasksHealthy": 0, "tasksUnhealthy": 0}
+                "tasksHealthy": healthy, "tasksUnhealthy": unhealthy}
 
     def queued(self) -> List[Tuple[dict, int, Backoff]]:
         """Apps still waiting for instances: (app, how many, launch delay); not
@@ -247,11 +254,12 @@ class Registry:
         self._write(apps, changed_groups, new_apps, new_groups, plan, replaced, members)
         self._members.update(members)
         for app_id, app in apps.items():
-            for definition in (self.apps.get(app_id) or {}).get("portDefinitions", ()):
-                if self.port_owners.get(definition["port"]) == app_id:
-                    del self.port_owners[definition["port"]]
-            for definition in (app or {}).get("portDefinitions", ()):
-                self.port_owners[definition["port"]] = app_id
+            for port in app_model.service_ports(self.apps.get(app_id) or {}):
+                if self.port_owners.get(port) == app_id:
+                    del self.port_owners[port]
+            for port in app_model.service_ports(app or {}):
+                if port:
+                    self.port_owners[port] = app_id
         for group_id, group in changed_groups.items():
             if group is None:
                 self._members.pop(group_id, None)
@@ -267,6 +275,8 @@ class Registry:
         for app in posted:
             self.events.publish("api_post_event", clientIp="", uri=f"/v2/apps{app['id']}",
                                 appDefinition=app)
+        for app_id, app in apps.items():
+            health_checks.publish_changes(self.events, app_id, original.get(app_id), app)
         shown = deployments.to_json(plan)
         self.events.publish("deployment_info", plan=shown,
                             currentStep=(shown["steps"] or [{"actions": []}])[0])

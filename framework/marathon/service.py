@@ -34,6 +34,8 @@ from framework.marathon.events import EventBus
 from framework.marathon.http_api import VERSION, MarathonApi
 from framework.marathon.security import (CREDENTIALS_FILE, DEFAULT_MAX_BODY_BYTES, Authenticator,
                                          DockerPolicy)
+from framework.marathon.health_monitor import HealthMonitor
+from framework.marathon.readiness import ReadinessMonitor
 from framework.marathon.reconciler import Reconciler
 from framework.marathon.registry import Registry
 from framework.marathon.server import MarathonHttpServer
@@ -107,12 +109,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--registry_config", metavar="FILE", type=non_empty,
                    help="a Docker client config.json with the registries' credentials "
                         "('auths'); default ~/.docker/config.json when it exists")
-    p.add_argument("--gpu_scheduling_behavior", choices=("restricted", "unrestricted"),
-                   default="restricted",
+    p.add_argument("--gpu_scheduling_behavior", type=gpu_scheduling_behavior,
+                   default="restricted", metavar="{restricted,unrestricted}",
                    help="restricted (default): tasks without GPUs stay off GPU agents; "
                         "an app's GPU_SCHEDULING_BEHAVIOR label overrides it")
     gpu_health.add_arguments(p)
     high_availability.add_arguments(p)
+
+
+def gpu_scheduling_behavior(value: str) -> str:
+    """--gpu_scheduling_behavior, refused as Marathon 1.10 refuses it."""
+    if value == "undefined":
+        raise argparse.ArgumentTypeError("'--gpu_scheduling_behavior undefined' has been removed. "
+                                         "Please set either restricted or unrestricted.")
+    if value not in ("restricted", "unrestricted"):
+        raise argparse.ArgumentTypeError(f"Setting {value} is invalid. Valid settings are "
+                                         f"restricted, unrestricted")
+    return value
 
 
 class FrameworkService:
@@ -151,6 +164,8 @@ class FrameworkService:
         self.scheduler: Any = None
         self.registry: Optional[Registry] = None
         self.reconciler: Optional[Reconciler] = None
+        self.health: Optional[HealthMonitor] = None
+        self.readiness: Optional[ReadinessMonitor] = None
         self.api: Optional[MarathonApi] = None
         self.fatal: Optional[str] = None     # why this instance must stop (a corrupt state)
         self._lock_fd: Optional[int] = None
@@ -202,6 +217,8 @@ class FrameworkService:
         if self.ha is None:
             self.leadership.start()         # elected: the scheduler subscribes
             self.reconciler.start()
+            self.health.start()
+            self.readiness.start()
             self.http.start()
         else:
             self.http.start()
@@ -228,6 +245,8 @@ class FrameworkService:
         if supervisor is not None:      # no Mesos call, no (re)subscription unless leading
             supervisor.may_act = self.leadership.is_leader
         self.registry = Registry(self.store, self.events)
+        self.health = HealthMonitor(self.registry)
+        self.readiness = ReadinessMonitor(self.registry)
         self.reconciler = Reconciler(self.registry, self.scheduler, self.leadership.is_leader)
         self.api = MarathonApi(ApiContext.build(self.registry, self.policy, self.info,
                                                 self.leadership, self.metrics))
@@ -252,6 +271,8 @@ class FrameworkService:
             self._build_state_api()
             self.scheduler.start()
             self.reconciler.start()
+            self.health.start()
+            self.readiness.start()
             return
         if self.scheduler is not None and hasattr(self.scheduler, "start"):
             self.scheduler.start()
@@ -262,12 +283,17 @@ class FrameworkService:
         may change it."""
         if self.ha is not None:
             reconciler, scheduler = self.reconciler, self.scheduler
+            health, readiness = self.health, self.readiness
             self.api = None
+            for monitor in (readiness, health):
+                if monitor is not None:
+                    monitor.stop()
             if reconciler is not None:
                 reconciler.stop()
             if scheduler is not None:
                 scheduler.stop()
             self.scheduler = self.registry = self.reconciler = None
+            self.health = self.readiness = None
             self.store.unload()
             return
         if self.scheduler is not None and hasattr(self.scheduler, "stop"):
@@ -306,6 +332,8 @@ class FrameworkService:
             self.relay.stop()
             self.ha.stop()              # a leader steps down first: reconciler, scheduler stop
             return
+        self.readiness.stop()
+        self.health.stop()
         self.reconciler.stop()
         if self.scheduler is not None and hasattr(self.scheduler, "stop"):
             try:

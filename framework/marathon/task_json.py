@@ -2,8 +2,8 @@
 written from the framework's TaskRecord with every field of Marathon 1.10's
 `types/task.raml` Task it can fill: `role` (the role its resources were
 offered to), `region`/`zone` (from the agent's fault domain, when the agent
-has one), `healthCheckResults` and `localVolumes` (none: neither is supported
-here). `checkResult` is left out, as Marathon does for tasks without a check.
+has one), `ports` (its host ports), `healthCheckResults` (a Health per check
+that has reported) and `localVolumes` (none: not supported here). `checkResult` is left out, as Marathon does for tasks without a check.
 A task still waiting for an offer (only a kill's answer shows one) is
 TASK_STAGING, the nearest state Mesos has."""
 from typing import Iterable
@@ -15,14 +15,17 @@ from framework.timestamps import format_timestamp
 DEFAULT_ROLE = "*"
 
 
-def task_json(task: TaskRecord, service_ports: Iterable[int] = (), with_gpus: bool = False) -> dict:
+def task_json(task: TaskRecord, service_ports: Iterable[int] = (), with_gpus: bool = False,
+              health: Iterable[dict] = ()) -> dict:
     """`gpuUuids`, `imageVariant` and `gpuUsage` (framework.gpu_usage) only when asked
-    for (clients that build objects from every key must not see fields Marathon lacks)."""
+    for (clients that build objects from every key must not see fields Marathon lacks);
+    `health`: the task's Marathon Health per check (framework.marathon.health_monitor)."""
     out = {"id": task.id, "appId": task.app_id, "host": task.hostname or "",
            "slaveId": task.agent_id or "", "state": STAGING if task.pending else task.state,
            "stagedAt": format_timestamp(task.staged_at), "version": task.app_version,
-           "ports": [], "servicePorts": list(service_ports), "ipAddresses": [],
-           "healthCheckResults": [], "localVolumes": [], "role": task.role or DEFAULT_ROLE}
+           "ports": list(task.ports), "servicePorts": list(service_ports), "ipAddresses": [],
+           "healthCheckResults": list(health), "localVolumes": [],
+           "role": task.role or DEFAULT_ROLE}
     if task.started_at is not None:
         out["startedAt"] = format_timestamp(task.started_at)
     if REGION_FIELD in task.agent_fields:

@@ -5,11 +5,11 @@
 
 Submits the app definitions in apps/ (`POST /v2/apps`), then polls
 `GET /v2/apps/{id}` and `GET /v2/apps/{id}/tasks` and prints progress: tasks
-staged and running, the agent each runs on, and the GPUs it was granted (when
-the API reports them, as mesos-gpu does with `?gpus=true`). The inference
-service is ready when all its instances run; the training job is done when a
-run of it has finished (Marathon then starts it again: delete the app, or use
---delete). Works with Marathon itself too, except that Marathon refuses GPUs
+staged, running and healthy, the agent each runs on, the GPUs it was granted
+(when the API reports them, as mesos-gpu does with `?gpus=true`) and its
+health check results. The inference service is ready when all its instances
+run and pass their health check; the training job is done when a run of it
+has finished (Marathon then starts it again: delete the app, or use --delete). Works with Marathon itself too, except that Marathon refuses GPUs
 in DOCKER containers. Standard library only; copy it anywhere.
 
 Exit status: 0 when every app got where it should within --wait, 1 when not,
@@ -126,8 +126,11 @@ class Watch:
     instances: int = 1
     staged: int = 0
     running: int = 0
+    healthy: int = 0
+    unhealthy: int = 0
     tasks: Dict[str, dict] = field(default_factory=dict)    # id -> last seen task JSON
     announced: Set[str] = field(default_factory=set)        # running tasks already printed
+    health_seen: Dict[str, Optional[bool]] = field(default_factory=dict)  # id -> last health printed
     finished: int = 0
     failed: int = 0
     failed_ids: Set[str] = field(default_factory=set)
@@ -144,9 +147,15 @@ class Watch:
         return self.app.get("labels", {}).get("workload") == "training"
 
     @property
+    def checked(self) -> bool:
+        return bool(self.app.get("healthChecks"))
+
+    @property
     def done(self) -> bool:
         if self.batch:
             return self.finished > 0
+        if self.checked:
+            return self.instances > 0 and self.healthy >= self.instances
         return self.instances > 0 and self.running >= self.instances
 
     def summary(self) -> str:
@@ -154,6 +163,10 @@ class Watch:
         if self.gone:
             return f"{name}: gone"
         text = f"{name}: {self.running}/{self.instances} running"
+        if self.checked:
+            text += f", {self.healthy} healthy"
+            if self.unhealthy:
+                text += f", {self.unhealthy} unhealthy"
         if self.staged:
             text += f", {self.staged} staged"
         if self.batch:
@@ -163,12 +176,35 @@ class Watch:
         return text
 
 
+def task_health(task: dict) -> Optional[bool]:
+    """None: no health check result yet; else whether every result is alive."""
+    results = [r for r in task.get("healthCheckResults") or [] if isinstance(r, dict)]
+    if not results:
+        return None
+    return all(r.get("alive") for r in results)
+
+
+def describe_health(task: dict) -> str:
+    healthy = task_health(task)
+    if healthy is None:
+        return "health: not checked yet"
+    if healthy:
+        return "healthy"
+    causes = [r.get("lastFailureCause") for r in task.get("healthCheckResults") or []
+              if isinstance(r, dict) and not r.get("alive") and r.get("lastFailureCause")]
+    failures = max((int(r.get("consecutiveFailures") or 0)
+                    for r in task.get("healthCheckResults") or [] if isinstance(r, dict)), default=0)
+    return f"UNHEALTHY ({failures} failed in a row" + (f": {causes[0]})" if causes else ")")
+
+
 def describe_task(task: dict) -> str:
     gpus = task.get("gpuUuids")
     where = task.get("host") or "?"
     if task.get("slaveId"):
         where += f" (agent {task['slaveId']})"
     text = f"task {task.get('id')} {task.get('state', '?')} on {where}"
+    if task.get("ports"):
+        text += f", ports {','.join(str(p) for p in task['ports'])}"
     if gpus is not None:
         text += f", GPUs: {', '.join(gpus) if gpus else 'none'}"
     return text
@@ -189,6 +225,8 @@ def poll(api: Api, watch: Watch, say) -> None:
     app = (body or {}).get("app", {})
     watch.instances = int(app.get("instances", watch.instances))
     watch.staged, watch.running = int(app.get("tasksStaged", 0)), int(app.get("tasksRunning", 0))
+    watch.healthy = int(app.get("tasksHealthy", 0))
+    watch.unhealthy = int(app.get("tasksUnhealthy", 0))
     failure = app.get("lastTaskFailure") or {}
     key = (failure.get("taskId"), failure.get("timestamp")) if failure else None
     if key and key != watch.last_failure:
@@ -204,6 +242,10 @@ def poll(api: Api, watch: Watch, say) -> None:
         if task.get("state") == "TASK_RUNNING" and task_id not in watch.announced:
             watch.announced.add(task_id)
             say(f"{watch.id}: {describe_task(task)}")
+        health = task_health(task)
+        if watch.checked and health is not None and watch.health_seen.get(task_id) != health:
+            watch.health_seen[task_id] = health
+            say(f"{watch.id}: task {task_id} {describe_health(task)}")
     for task_id in set(watch.tasks) - set(current) - watch.failed_ids:
         watch.finished += 1
         say(f"{watch.id}: task {task_id} ended" + (" (training run finished)" if watch.batch else ""))

@@ -34,6 +34,13 @@ def test_app_file(path):
     assert app["labels"] == {"example": "cognitive", "workload": workload, "containerizer": kind}
     assert all(isinstance(v, str) for v in app["env"].values())
     assert "args" not in app                           # Marathon: cmd or args, not both
+    if workload == "inference":                        # the service's /health, probed by the executor
+        [check] = app["healthChecks"]
+        assert check["protocol"] == "MESOS_HTTP" and check["path"] == "/health"
+        assert check["portIndex"] == 0 and app["portDefinitions"][0]["name"] == "http"
+        assert check["gracePeriodSeconds"] >= 60       # it trains its model before it listens
+    else:
+        assert "healthChecks" not in app
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)

@@ -92,7 +92,8 @@ def test_the_example_runs_on_gpus_in_both_containerizers(api, agent, node, docke
     uuids = {g.uuid for g in node.layout.gpus}
     running = {}
     for app_id, task_id, gpus in re.findall(
-            rf"^(\S+): task (\S+) TASK_RUNNING on {HOSTNAME} \(agent \S+\), GPUs: (\S+)$",
+            rf"^(\S+): task (\S+) TASK_RUNNING on {HOSTNAME} \(agent \S+\), ports \d+, "
+            rf"GPUs: (\S+)$",
             r.stdout, re.M):
         running.setdefault(app_id, (task_id, gpus))
     assert sorted(running) == sorted(APPS), r.stdout
@@ -103,6 +104,7 @@ def test_the_example_runs_on_gpus_in_both_containerizers(api, agent, node, docke
 
     for app_id in APPS[0::2]:
         task_id, gpu = running[app_id]
+        assert f"{app_id}: task {task_id} healthy" in r.stdout      # its MESOS_HTTP check
         log = sandbox_stdout(agent, task_id)
         url = re.search(r"listening on (http://127\.0\.0\.1:\d+)", log).group(1)
         health = get(url + "/health")

@@ -24,9 +24,18 @@ INFERENCE, TRAINING = "/cognitive/docker/inference", "/cognitive/docker/training
 GPU_A = "GPU-6f1e0a52-1b1c-4b2a-9d54-6c1f00000000"
 
 
-def task(task_id: str, app_id: str, state: str, gpus: List[str] = ()) -> dict:
-    return {"id": task_id, "appId": app_id, "host": "gpu-node-1", "slaveId": "S0", "state": state,
-            "gpuUuids": list(gpus)}
+def task(task_id: str, app_id: str, state: str, gpus: List[str] = (), health=None) -> dict:
+    """`health`: None (no check result yet), or (alive, consecutive failures, cause)."""
+    out = {"id": task_id, "appId": app_id, "host": "gpu-node-1", "slaveId": "S0", "state": state,
+           "gpuUuids": list(gpus), "healthCheckResults": []}
+    if health is not None:
+        alive, failures, cause = health
+        out["healthCheckResults"] = [{"alive": alive, "consecutiveFailures": failures,
+                                      "instanceId": task_id, "lastFailureCause": cause}]
+    return out
+
+
+HEALTHY = (True, 0, None)
 
 
 def step(tasks=(), failure=None) -> dict:
@@ -84,7 +93,11 @@ class ReplayHandler(BaseHTTPRequestHandler):
                 return self.reply(200, {"tasks": s.current(app_id)["tasks"]})
             now = s.current(app_id)
             app = dict(s.apps[app_id], tasksStaged=sum(t["state"] == "TASK_STAGING" for t in now["tasks"]),
-                       tasksRunning=sum(t["state"] == "TASK_RUNNING" for t in now["tasks"]))
+                       tasksRunning=sum(t["state"] == "TASK_RUNNING" for t in now["tasks"]),
+                       tasksHealthy=sum(bool(t["healthCheckResults"]) and all(
+                           r["alive"] for r in t["healthCheckResults"]) for t in now["tasks"]),
+                       tasksUnhealthy=sum(any(not r["alive"] for r in t["healthCheckResults"])
+                                          for t in now["tasks"]))
             if now["failure"]:
                 app["lastTaskFailure"] = now["failure"]
             return self.reply(200, {"app": app})
@@ -129,7 +142,8 @@ def launch(*args: str) -> subprocess.CompletedProcess:
 def test_running_tasks_show_agent_and_gpus_and_a_finished_training_run_is_done(replay):
     server = replay({
         INFERENCE: [step([task("inf.1", INFERENCE, "TASK_STAGING")]),
-                    step([task("inf.1", INFERENCE, "TASK_RUNNING", [GPU_A])])],
+                    step([task("inf.1", INFERENCE, "TASK_RUNNING", [GPU_A])]),
+                    step([task("inf.1", INFERENCE, "TASK_RUNNING", [GPU_A], HEALTHY)])],
         TRAINING: [step([task("train.1", TRAINING, "TASK_RUNNING", ["GPU-b"])]),
                    step([task("train.1", TRAINING, "TASK_RUNNING", ["GPU-b"])]),
                    step([])],
@@ -141,9 +155,12 @@ def test_running_tasks_show_agent_and_gpus_and_a_finished_training_run_is_done(r
     assert f"{INFERENCE}: task inf.1 TASK_RUNNING on gpu-node-1 (agent S0), GPUs: {GPU_A}" in out
     assert f"{TRAINING}: task train.1 TASK_RUNNING on gpu-node-1 (agent S0), GPUs: GPU-b" in out
     assert f"{TRAINING}: task train.1 ended (training run finished)" in out
-    assert "docker/inference: 0/1 running, 1 staged" in out           # progress before
+    assert f"{INFERENCE}: task inf.1 healthy" in out
+    assert "docker/inference: 0/1 running, 0 healthy, 1 staged" in out     # progress before
+    assert "docker/inference: 1/1 running, 0 healthy" in out         # running, not yet healthy
     last = [line for line in out.splitlines() if line.startswith("[")][-1]
-    assert "docker/inference: 1/1 running" in last and "docker/training: 0/1 running, 1 finished" in last
+    assert "docker/inference: 1/1 running, 1 healthy" in last
+    assert "docker/training: 0/1 running, 1 finished" in last
     assert "GET /v2/apps/cognitive/docker/inference/tasks?gpus=true" in server.requests
     assert not any(req.startswith("DELETE") for req in server.requests)
 
@@ -166,6 +183,17 @@ def test_a_failed_run_is_reported_and_the_relaunch_counted(replay):
     assert f"{TRAINING}: task train.2 ended (training run finished)" in out
     assert "docker/training: 0/1 running, 1 finished, 1 failed" in out
     assert f"deleted {TRAINING}" in out and server.apps == {}
+
+
+def test_an_unhealthy_service_is_shown_with_the_cause_and_is_not_done(replay):
+    failing = (False, 2, "GET http://127.0.0.1:31001/health: HTTP 503 Service Unavailable")
+    server = replay({INFERENCE: [step([task("inf.1", INFERENCE, "TASK_RUNNING", [GPU_A])]),
+                                 step([task("inf.1", INFERENCE, "TASK_RUNNING", [GPU_A], failing)])]})
+    r = launch("--api", server.url, "--apps", "inference", "--wait", "3")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert (f"{INFERENCE}: task inf.1 UNHEALTHY (2 failed in a row: GET "
+            f"http://127.0.0.1:31001/health: HTTP 503 Service Unavailable)") in r.stdout
+    assert "docker/inference: 1/1 running, 0 healthy, 1 unhealthy" in r.stdout
 
 
 def test_not_done_in_time_exits_1_and_delete_still_cleans_up(replay):

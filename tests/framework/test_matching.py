@@ -79,11 +79,16 @@ def test_unrestricted_framework_and_label_override():
     assert result.placements == {}
 
 
-def test_bad_gpu_scheduling_behavior_is_refused():
+def test_bad_gpu_scheduling_behavior_is_refused_and_an_unknown_label_means_the_default():
     with pytest.raises(TaskSpecError, match="gpu_scheduling: must be one of restricted, unrestricted"):
         Matcher("undefined")
-    with pytest.raises(TaskSpecError, match="labels.GPU_SCHEDULING_BEHAVIOR: must be one of"):
-        Matcher().match([task(0, labels={"GPU_SCHEDULING_BEHAVIOR": "sometimes"})], [offer("o")])
+    # Marathon 1.10 (ResourceMatcher): a label that names no behaviour (its old
+    # default `undefined` among them) means the framework's behaviour.
+    for value in ("undefined", "sometimes"):
+        labelled = [task(0, labels={"GPU_SCHEDULING_BEHAVIOR": value})]
+        assert Matcher().match(labelled, [offer("gpu", gpus=1)]).placements == {}
+        assert placed_ids(Matcher("unrestricted").match(labelled, [offer("gpu", gpus=1)])) \
+            == {"gpu": ["a.0"]}
 
 
 def test_like_constraint_picks_matching_agents():

@@ -36,3 +36,14 @@ def test_bad_flags_are_one_line_errors(tmp_path):
     assert not state.exists()
     both = run("framework", "--master", "x:1", "--http_credentials", "a:b", "--http_token_file", "f")
     assert both.returncode == 2 and "not allowed with" in both.stderr
+
+
+def test_gpu_scheduling_behavior_undefined_is_refused_as_marathon_1_10(tmp_path):
+    result = run("framework", "--master", "127.0.0.1:1", "--state_dir", str(tmp_path / "s"),
+                 "--gpu_scheduling_behavior", "undefined")
+    assert result.returncode == 2
+    assert "'--gpu_scheduling_behavior undefined' has been removed. Please set either " \
+           "restricted or unrestricted." in result.stderr
+    other = run("framework", "--master", "127.0.0.1:1", "--gpu_scheduling_behavior", "sometimes")
+    assert "Setting sometimes is invalid. Valid settings are restricted, unrestricted" \
+        in other.stderr

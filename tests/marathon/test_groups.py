@@ -242,11 +242,11 @@ def test_one_app_body_with_many_faults_gets_them_all(api):
     """Type errors and broken rules together, in one 422 (a client fixes all at once)."""
     reply = api.post("/v2/apps", {"id": "/Bad_Id", "cmd": "x", "cpus": "one", "gpus": -1,
                                   "constraints": [["hostname", "UNIQUE", "x"]],
-                                  "healthChecks": [{"protocol": "HTTP"}],
+                                  "healthChecks": [{"protocol": "HTTP", "portIndex": 3}],
                                   "container": {"type": "DOCKER", "docker": {"image": ""}}})
     assert reply.status == 422 and reply.json["message"] == "Object is not valid"
     paths = {d["path"] for d in reply.json["details"]}
-    assert {"/id", "/cpus", "/gpus", "/constraints(0)", "/healthChecks",
+    assert {"/id", "/cpus", "/gpus", "/constraints(0)", "/healthChecks(0)",
             "/container/docker/image"} <= paths, paths
 
 

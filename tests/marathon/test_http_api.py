@@ -73,7 +73,10 @@ def test_create_show_list_with_marathon_shapes(api):
     (app(constraints=[["gpu_type", "LIKE"]]), "/constraints(0)", "LIKE and UNLIKE require"),
     (app(upgradeStrategy={"minimumHealthCapacity": 1.5}), "/upgradeStrategy/minimumHealthCapacity",
      "error.max"),
-    (app(healthChecks=[{"protocol": "HTTP"}]), "/healthChecks", "not run by this framework"),
+    (app(healthChecks=[{"protocol": "HTTP", "portIndex": 2}]), "/healthChecks(0)",
+     "port indices must address an element"),
+    (app(check={"exec": {"command": {"shell": "true"}}}), "/check", "not run by this framework"),
+    (app(networks=[{"mode": "container", "name": "dcos"}]), "/networks(0)", "not supported"),
     ({"cmd": "x"}, "/id", "error.path.missing"),
     ([], "/", "error.expected.jsobject"),
 ])
