@@ -7,11 +7,12 @@ Google's hosts at every start). Each browser gets an empty profile of its own.
 """
 import shutil
 import tempfile
-import time
 from typing import Callable, Optional
 
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
+
+from tests.bed.waiting import wait_until
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -49,18 +50,9 @@ class Browser:
 
     def wait(self, predicate: Callable[[], object], timeout: float = 30.0,
              what: Optional[str] = None):
-        deadline = time.monotonic() + timeout
-        last_error = None
-        while time.monotonic() < deadline:
-            try:
-                value = predicate()
-                if value:
-                    return value
-            except Exception as e:  # noqa: BLE001 - the page is changing under us
-                last_error = e
-            time.sleep(0.1)
-        raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}"
-                             f"{f' (last error: {last_error})' if last_error else ''}")
+        """wait_until, where an error counts as "not yet": the page is changing under us
+        (an element drawn anew is stale, one not drawn yet is missing)."""
+        return wait_until(predicate, timeout, what, interval=0.1, ignore=(Exception,))
 
     def close(self) -> None:
         try:

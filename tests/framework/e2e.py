@@ -2,12 +2,12 @@
 reading a task's sandbox output, and the probe scripts tasks run."""
 import glob
 import re
-import time
 from pathlib import Path
 from typing import Iterable, Optional
 
 from framework.scheduler import GpuScheduler
 from framework.task_record import TaskRecord
+from tests.bed.waiting import wait_until
 
 VOLUME_LABEL = {"com.nvidia.volumes.needed": "nvidia_driver"}
 
@@ -53,14 +53,12 @@ def wait_for(scheduler: GpuScheduler, task_id: str, states: Iterable[str],
              timeout: float = 60.0) -> TaskRecord:
     """Poll until the task is in one of `states`; fail with its last record."""
     wanted = set(states)
-    deadline = time.monotonic() + timeout
-    record: Optional[TaskRecord] = None
-    while time.monotonic() < deadline:
+
+    def in_state() -> Optional[TaskRecord]:
         record = scheduler.task(task_id)
-        if record is not None and record.state in wanted:
-            return record
-        time.sleep(0.2)
-    raise AssertionError(f"task {task_id} not in {sorted(wanted)} after {timeout}s: {record}")
+        return record if record is not None and record.state in wanted else None
+    return wait_until(in_state, timeout, lambda: f"task {task_id} in {sorted(wanted)} "
+                                                 f"(it is: {scheduler.task(task_id)})")
 
 
 def sandbox_output(agent_run_dir: Path, mesos_task_id: str, name: str = "stdout") -> str:

@@ -15,7 +15,7 @@ import pytest
 
 from framework.election import NotLeading
 from tests.bed.zk import Contender, expire_session
-from tests.marathon.conftest import wait_for
+from tests.bed.waiting import wait_until
 
 PATH = "/fw"
 TIMEOUT = 2.0
@@ -31,8 +31,8 @@ def three(zookeeper):
 
 
 def the_leader(contenders, timeout=15.0):
-    return wait_for(lambda: next((c for c in contenders if c.election.is_leader()), None),
-                    timeout, 0.05)
+    return wait_until(lambda: next((c for c in contenders if c.election.is_leader()), None),
+                      timeout, interval=0.05)
 
 
 def test_one_of_three_leads_and_every_one_names_it(three):
@@ -54,7 +54,7 @@ def test_abdication_hands_over_and_the_old_leader_stays_a_candidate(three):
     assert first.lost.wait(10)
     second = the_leader([c for c in three if c is not first])
     assert second.election.epoch == 2
-    wait_for(lambda: {c.election.leader() for c in three} == {second.name}, 10, 0.05)
+    wait_until(lambda: {c.election.leader() for c in three} == {second.name}, 10, interval=0.05)
     second.election.abdicate()
     third = the_leader([c for c in three if c is not second])
     assert third.election.epoch == 3
@@ -72,13 +72,14 @@ def test_a_leader_whose_session_expires_steps_down_and_rejoins(zookeeper, three)
     second = the_leader(three)
     assert second is not first and second.election.epoch == old_fence.epoch + 1
     # the old leader has a new session and contends again: abdications reach it
-    wait_for(lambda: first.name in second.client.Lock(f"{PATH}/leader").contenders(), 10, 0.05)
+    wait_until(lambda: first.name in second.client.Lock(f"{PATH}/leader").contenders(), 10,
+               interval=0.05)
     for _ in range(2):
         leader = the_leader(three)
         if leader is first:
             break
         leader.election.abdicate()
-        wait_for(lambda: not leader.election.is_leader(), 10, 0.05)
+        wait_until(lambda: not leader.election.is_leader(), 10, interval=0.05)
     assert the_leader(three) is first and first.election.epoch >= old_fence.epoch + 2
 
 
@@ -90,7 +91,7 @@ def test_zookeeper_frozen_past_the_session_timeout(zookeeper, three):
     zookeeper.pause()
     try:
         paused = time.monotonic()
-        wait_for(lambda: not first.election.is_leader(), 5, 0.02)
+        wait_until(lambda: not first.election.is_leader(), 5, interval=0.02)
         stopped_acting = time.monotonic() - paused
         assert first.lost.wait(10), "no step-down while ZooKeeper answered nothing"
         stepped_down = time.monotonic() - paused
@@ -125,7 +126,7 @@ def test_a_sigkilled_leader_is_replaced_after_about_one_session_timeout(zookeepe
     try:
         assert child.stdout.readline().split() == ["LEADING", "1"]
         waiting = Contender(zookeeper.hosts, PATH, "127.0.0.1:7", TIMEOUT).start()
-        wait_for(lambda: waiting.election.leader() == "127.0.0.1:99", 10, 0.05)
+        wait_until(lambda: waiting.election.leader() == "127.0.0.1:99", 10, interval=0.05)
         killed = time.monotonic()
         os.kill(child.pid, signal.SIGKILL)
         assert waiting.elected.wait(15)

@@ -13,6 +13,7 @@ import pytest
 
 from framework.executor.health import HealthChecker
 from framework.health_check import HealthCheck, HealthCheckError
+from tests.bed.waiting import wait_until
 
 FAST = dict(interval=0.1, timeout=1.0, delay=0.0, grace_period=0.0, max_failures=3)
 
@@ -54,10 +55,8 @@ class Run:
         self.checker.start()
 
     def wait(self, predicate, timeout=10.0):
-        deadline = time.monotonic() + timeout
-        while not predicate():
-            assert time.monotonic() < deadline, (self.changes, self.kills)
-            time.sleep(0.02)
+        wait_until(predicate, timeout, lambda: f"the reports (changes, kills): "
+                                               f"{(self.changes, self.kills)}", interval=0.02)
 
     def stop(self):
         self.checker.stop()

@@ -3,7 +3,7 @@ tasks off sick GPUs: the offer's GPUs less the free unhealthy ones; on the real 
 (a Mesos master and agent with the gpu_metrics_port attribute, the agent daemon over
 a fake NVML that takes faults), through a daemon SIGKILLed and restarted while a GPU is
 unhealthy, a daemon gone for good, and a framework (view) restarted."""
-import time
+import functools
 
 import pytest
 
@@ -14,15 +14,11 @@ from localcluster import fake_nvml
 from localcluster.gpu_node import GpuNode
 from localcluster.mesos import LocalCluster
 from localcluster.processes import free_port
+from tests.bed import waiting
 from tests.framework.offers import offer
 
-
-def wait_until(predicate, timeout=15.0, what="the condition"):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
+# the reports come every 0.2 s: ask four times as often
+wait_until = functools.partial(waiting.wait_until, interval=0.05)
 
 
 def test_the_matcher_takes_unhealthy_free_gpus_off_the_offer():

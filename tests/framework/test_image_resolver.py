@@ -11,6 +11,7 @@ import pytest
 from framework.image_resolver import FAILED, READY, WAITING, ImageResolver
 from framework.registry_client import RegistryClient
 from localcluster.registry import AMD64_LINUX, Registry
+from tests.bed.waiting import wait_until
 
 
 class CountingClient(RegistryClient):
@@ -26,13 +27,11 @@ class CountingClient(RegistryClient):
 
 
 def wait_status(resolver, task_id, state, timeout=15.0):
-    deadline = time.monotonic() + timeout
-    while True:
+    def reached():
         status = resolver.status(task_id)
-        if status.state == state:
-            return status
-        assert time.monotonic() < deadline, f"{task_id}: {status} after {timeout}s"
-        time.sleep(0.05)
+        return status if status.state == state else None
+    return wait_until(reached, timeout, lambda: f"{task_id} {state} (it is: "
+                                                f"{resolver.status(task_id)})", interval=0.05)
 
 
 @pytest.fixture
@@ -96,12 +95,10 @@ def test_a_registry_down_keeps_tasks_waiting_until_it_is_back(registry, resolver
     image = registry.reference("cv/app", "1")
     registry.crash()
     resolver.request("t", image)
-    status = wait_status(resolver, "t", WAITING)
-    deadline = time.monotonic() + 10
-    while "unreachable" not in status.reason:
-        assert time.monotonic() < deadline, status
-        status = resolver.status("t")
-        time.sleep(0.05)
+    wait_status(resolver, "t", WAITING)
+    status = wait_until(lambda: (lambda s: s if "unreachable" in s.reason else None)(
+        resolver.status("t")), 10, lambda: f"unreachable said: {resolver.status('t')}",
+        interval=0.05)
     assert status.reason.startswith(f"waiting for the registry: registry {registry.address} "
                                     f"is unreachable: Connection refused (asking again every ")
     time.sleep(3)                                  # asked again, with back-off
@@ -116,10 +113,8 @@ def test_a_hung_registry_times_out_and_is_asked_again(registry, resolver):
     registry.pause()
     try:
         resolver.request("t", image)
-        deadline = time.monotonic() + 10
-        while "did not answer within 1 s" not in resolver.status("t").reason:
-            assert time.monotonic() < deadline, resolver.status("t")
-            time.sleep(0.1)
+        wait_until(lambda: "did not answer within 1 s" in resolver.status("t").reason, 10,
+                   lambda: f"the timeout said: {resolver.status('t')}", interval=0.1)
         assert resolver.status("t").state == WAITING
     finally:
         registry.resume()

@@ -22,7 +22,8 @@ from isolator.api import CONTAINER_LABEL
 from localcluster import fake_nvml
 from localcluster.gpu_node import GpuNode, layout_for_driver_files
 from localcluster.mesos import Agent, Master
-from tests.marathon.conftest import client_of, framework_args, wait_for
+from tests.marathon.conftest import client_of, framework_args
+from tests.bed.waiting import wait_until
 
 HOSTNAME = "lifecycle-v100"
 RELEASE_BOUND = 30.0          # documented: a dead executor's container is gone within this
@@ -68,7 +69,7 @@ def api(cluster, node, docker_engine, busybox_image, tmp_path_factory):
     yield client
     for app_id in APPS:
         client.delete(f"/v2/apps{app_id}")
-    wait_for(lambda: node.allocated() == [], timeout=60)
+    wait_until(lambda: node.allocated() == [], timeout=60)
     service.stop()
 
 
@@ -79,7 +80,7 @@ def running(api, app_id):
 
 def snapshot(api, node, docker_engine):
     """task id, GPUs, daemon container and its owner (the executor), for each app."""
-    tasks = {app_id: wait_for(lambda: running(api, app_id), timeout=120)[0] for app_id in APPS}
+    tasks = {app_id: wait_until(lambda: running(api, app_id), timeout=120)[0] for app_id in APPS}
     holdings = node.containers()
     out = {}
     for app_id, task in tasks.items():
@@ -130,14 +131,14 @@ def test_a_killed_executor_takes_its_container_and_gets_one_replacement(
     before = snapshot(api, node, docker_engine)[app_id]
     os.kill(before["executor"], signal.SIGKILL)
     killed_at = time.monotonic()
-    wait_for(lambda: before["container"] not in node.containers(), timeout=RELEASE_BOUND)
+    wait_until(lambda: before["container"] not in node.containers(), timeout=RELEASE_BOUND)
     released_in = time.monotonic() - killed_at
     if before["docker_id"]:
         ids = [c.id for c in docker_engine.client().containers.list(
             all=True, filters={"label": CONTAINER_LABEL})]
         assert before["docker_id"] not in ids              # no container left
     else:
-        wait_for(lambda: not alive(before["placed"]), timeout=5)
+        wait_until(lambda: not alive(before["placed"]), timeout=5)
     prefix = before["task"].split(".")[0] + "."          # this app's Mesos task ids
 
     def mesos_tasks():
@@ -148,14 +149,14 @@ def test_a_killed_executor_takes_its_container_and_gets_one_replacement(
                 if t["id"] == before["task"]]
         return live, done
 
-    wait_for(lambda: (lambda live, done: len(live) == 1 and live[0]["id"] != before["task"]
+    wait_until(lambda: (lambda live, done: len(live) == 1 and live[0]["id"] != before["task"]
                       and live[0]["state"] == "TASK_RUNNING" and done)(*mesos_tasks()),
-             timeout=120)
+               timeout=120)
     time.sleep(3)                                         # nothing more is launched
     live, done = mesos_tasks()
     assert len(live) == 1 and live[0]["state"] == "TASK_RUNNING", live    # one replacement
     assert len(done) == 1 and done[0]["state"] in ("TASK_FAILED", "TASK_LOST"), done
-    (task,) = wait_for(lambda: running(api, app_id), timeout=30)   # the app: one instance
+    (task,) = wait_until(lambda: running(api, app_id), timeout=30)   # the app: one instance
     app = api.get(f"/v2/apps{app_id}").json["app"]
     assert (app["instances"], app["tasksRunning"]) == (1, 1)
     assert len(node.containers()) == 2                   # this app's new one, the other app's
@@ -168,14 +169,14 @@ def test_executors_give_up_when_the_agent_stays_away(api, cluster, node, docker_
     before = snapshot(api, node, docker_engine)
     agent.crash()
     executors = [before[a]["executor"] for a in APPS]
-    gone_in = wait_for(lambda: not any(alive(p) for p in executors),
-                       timeout=RECOVERY_TIMEOUT + 30)
+    gone_in = wait_until(lambda: not any(alive(p) for p in executors),
+                         timeout=RECOVERY_TIMEOUT + 30)
     assert gone_in
-    wait_for(lambda: node.containers() == {} and node.allocated() == [], timeout=10)
+    wait_until(lambda: node.containers() == {} and node.allocated() == [], timeout=10)
     assert docker_engine.client().containers.list(
         all=True, filters={"label": CONTAINER_LABEL}) == []
     assert not alive(before["/life/runc"]["placed"])
     agent.restart()                       # back: the apps get new tasks on the freed GPUs
     for app_id in APPS:
-        (task,) = wait_for(lambda: running(api, app_id), timeout=120)
+        (task,) = wait_until(lambda: running(api, app_id), timeout=120)
         assert task["gpuUuids"]

@@ -13,6 +13,7 @@ until the agents it recovered from its registry have re-registered, and the
 scheduler must ask again. Then the agent resumes and re-registers; the answer
 comes; the GPU task was never touched (same task, same GPU, same ledger entry
 in the agent daemon); new work launches on the other GPU."""
+import functools
 import os
 import signal
 import time
@@ -25,6 +26,7 @@ from framework.taskinfo import ExecutorSettings
 from framework.task_spec import TaskSpec
 from localcluster import fake_nvml
 from localcluster.gpu_node import GpuNode
+from tests.bed import waiting
 from tests.framework.e2e import wait_for
 
 # A durable registry, and pings that make the agent notice a silent master
@@ -40,18 +42,8 @@ def node():
         yield n
 
 
-def wait_until(check, timeout, what):
-    """Poll `check` (an unreachable or recovering master counts as not yet)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            value = check()
-        except OSError:
-            value = None
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"{what}: not after {timeout}s"
-        time.sleep(0.1)
+# An unreachable or recovering master (connection refused, reset) counts as "not yet".
+wait_until = functools.partial(waiting.wait_until, interval=0.1, ignore=(OSError,))
 
 
 def started_scheduler(master_address, name, node, tmp_path):

@@ -24,6 +24,7 @@ from framework.task_spec import TaskSpec
 from localcluster import fake_nvml
 from localcluster.mesos import Agent, Master
 from tests.framework.e2e import wait_for
+from tests.bed.waiting import wait_until
 from localcluster.gpu_node import GpuNode
 from common.errors import UserError
 
@@ -76,10 +77,8 @@ def scheduler(master, tmp_path):
 
 
 def wait_offers(sched, hostname, timeout=20):
-    deadline = time.monotonic() + timeout
-    while sched.offers_seen().get(hostname, 0) == 0:
-        assert time.monotonic() < deadline, f"no offer from {hostname}: {sched.offers_seen()}"
-        time.sleep(0.2)
+    wait_until(lambda: sched.offers_seen().get(hostname, 0), timeout,
+               lambda: f"an offer from {hostname} (offers seen: {sched.offers_seen()})")
 
 
 def framework_capabilities(master, name):
@@ -156,19 +155,14 @@ def test_killed_framework_restarts_as_itself_and_keeps_its_task(master, p100_age
     try:
         assert restarted.wait_subscribed(30)
         assert restarted.framework_id == framework_id
-        deadline = time.monotonic() + 20                 # reconciliation answers
-        while restarted.task("long-task").updated == before.updated:
-            assert time.monotonic() < deadline, "no reconciliation update"
-            time.sleep(0.2)
+        wait_until(lambda: restarted.task("long-task").updated != before.updated, 20,
+                   "a reconciliation update")
         record = restarted.task("long-task")
         assert record.state == "TASK_RUNNING" and record.hostname == "agent-p100"
         assert record.attempts == 1                      # not relaunched
         restarted.kill("long-task")
         assert wait_for(restarted, "long-task", {"TASK_KILLED"}, 30).state == "TASK_KILLED"
-        deadline = time.monotonic() + 10
-        while p100_agent.node.allocated():
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
+        wait_until(lambda: not p100_agent.node.allocated(), 10, "the GPU back in the pool")
     finally:
         restarted.stop(teardown=True)
 

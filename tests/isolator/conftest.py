@@ -76,6 +76,7 @@ class Daemon:
         return self
 
     def wait_ready(self, timeout: float = 30) -> None:
+        # not wait_until: a daemon that exited fails at once, with its log, not after `timeout`
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -3,6 +3,7 @@ time (localcluster/fake_nvml/control.py): XIDs and ECC errors as NVML events, wh
 has no event (off the bus, retired pages, row remapping, heat) by polling; the
 state machine heals each GPU without a restart; the daemon SIGKILLed while a GPU
 is unhealthy, NVML failing, events injected while the event set is restarting."""
+import functools
 import signal
 import time
 import urllib.request
@@ -12,22 +13,14 @@ import pytest
 from isolator.api import TaskLabels
 from isolator.client import AgentError
 from localcluster.fake_nvml.control import ERROR_UNKNOWN, Control
+from tests.bed import waiting
 from tests.bed.prometheus import families as parse, values
 from tests.isolator.conftest import minors_of, new_prober
 
 FAST = ["--health_poll_interval", "0.2", "--health_quiet_period", "2",
         "--reconcile_interval", "0.5"]
-
-
-def wait_until(predicate, timeout=15.0, what="the condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
+# the daemon polls every 0.2 s: ask four times as often
+wait_until = functools.partial(waiting.wait_until, interval=0.05)
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import functools
 import sys
 import time
 from pathlib import Path
@@ -18,9 +19,12 @@ from isolator.api import DOCKER
 from isolator.client import AgentError
 from isolator.docker_devices import docker_options, labels
 from localcluster.mesos import LocalCluster
+from tests.bed import waiting
 from tests.isolator.conftest import VERSION_MOUNTS, new_prober, only, open_gpus
 
 FAST = ["--reconcile_interval", "0.5"]
+# releases come at once (pidfd) or within a 0.5 s reconcile: ask often
+wait_until = functools.partial(waiting.wait_until, timeout=15.0, interval=0.05)
 
 # A stand-in executor: it prepares a container, starts the task process (a sleep) and
 # isolates it, says what it got, then lives until the test closes its stdin or kills it.
@@ -69,15 +73,6 @@ def alive(pid: int) -> bool:
         return False
 
 
-def wait_until(check, timeout: float = 15.0, what: str = "") -> float:
-    started = time.monotonic()
-    while not check():
-        if time.monotonic() - started > timeout:
-            raise AssertionError(f"not within {timeout}s: {what}")
-        time.sleep(0.05)
-    return time.monotonic() - started
-
-
 def test_a_container_ends_with_its_owner(daemon_factory, cgroups_root):
     agent = daemon_factory("v100x8", extra=FAST)
     sock = agent.work_dir / "agent.sock"
@@ -88,8 +83,10 @@ def test_a_container_ends_with_its_owner(daemon_factory, cgroups_root):
         isolated.said["gpus"] + pending.said["gpus"] + stays.said["gpus"])
     isolated.kill()
     pending.kill()
-    took = wait_until(lambda: set(agent.client.info()["containers"]) == {"stays"},
-                      what="the dead owners' containers released")
+    started = time.monotonic()
+    wait_until(lambda: set(agent.client.info()["containers"]) == {"stays"},
+               what="the dead owners' containers released")
+    took = time.monotonic() - started
     assert took < 5                                  # noticed at once (pidfd), not at an interval
     assert not alive(isolated.said["child"])         # its task process was killed
     assert not Path(VERSION_MOUNTS["v1"], cgroups_root, "isolated").exists()

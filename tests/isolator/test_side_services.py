@@ -7,15 +7,16 @@ with the faults: the daemon SIGKILLed and restarted, NVML gone, Docker gone."""
 import json
 import secrets
 import socket
+import functools
 import subprocess
 import time
 import urllib.request
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
 from localcluster import driver_files, fake_nvml
+from tests.bed import waiting
 from tests.volumes.test_builder import mounted_in_another_namespace
 from volumes import builder, cdi, plugin
 
@@ -24,22 +25,14 @@ OLD = driver_files.OLD_DRIVER_VERSION
 TOP_KEYS = {"UUID", "Path", "Model", "Power", "CPUAffinity", "PCI", "Clocks", "Topology",
             "Family", "Arch", "Cores", "Memory"}
 STATUS_KEYS = {"Power", "Temperature", "Utilization", "Memory", "Clocks", "PCI", "Processes"}
+# the driver watch and the volume collection take a few rounds
+wait_until = functools.partial(waiting.wait_until, timeout=20.0, interval=0.1)
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def wait_for(what: str, condition: Callable[[], object], timeout: float = 20) -> object:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def k80(driver: str = V) -> fake_nvml.Layout:
@@ -185,10 +178,10 @@ def test_driver_change_switches_everything_and_old_volumes_go_when_unused(
         with mounted_in_another_namespace(new_path, tmp_path / "holder"):
             lay.driver = OLD                         # the kernel module reloaded: NVML says OLD
             lay.write(nvml_dir)
-            wait_for("the switch", lambda: f"the NVIDIA driver changed from {V} to {OLD}"
-                     in agent.log())
-            wait_for("the new CDI spec", lambda: cdi.read(spec_path)["containerEdits"]["mounts"][0]
-                     ["hostPath"] == str(old_path))
+            wait_until(lambda: f"the NVIDIA driver changed from {V} to {OLD}" in agent.log(),
+                       what="the switch")
+            wait_until(lambda: cdi.read(spec_path)["containerEdits"]["mounts"][0]["hostPath"]
+                       == str(old_path), what="the new CDI spec")
             assert builder.verify(old_path)
             assert agent.client.prepare("after", 1).volume.path == str(old_path)
             status, answer = plugin_call(name, "/VolumeDriver.Mount",
@@ -196,26 +189,27 @@ def test_driver_change_switches_everything_and_old_volumes_go_when_unused(
             assert answer == {"Mountpoint": str(old_path), "Err": ""}
             assert "invalid volume version" in plugin_call(
                 name, "/VolumeDriver.Create", {"Name": f"nvidia_driver_{V}"})[1]["Err"]
-            wait_for("kept while mounted", lambda: "while it is used: pid" in agent.log())
+            wait_until(lambda: "while it is used: pid" in agent.log(), what="kept while mounted")
             time.sleep(1)                            # more rounds: still kept
             assert new_path.is_dir()
         # The mount is gone; the stopped Docker container still has the volume.
-        wait_for("kept for Docker", lambda: f"container {stopped.name} (created)" in agent.log())
+        wait_until(lambda: f"container {stopped.name} (created)" in agent.log(),
+                   what="kept for Docker")
         time.sleep(1)
         assert new_path.is_dir()
     finally:
         stopped.remove(force=True)
-    wait_for("the old volume collected", lambda: not new_path.exists())
+    wait_until(lambda: not new_path.exists(), what="the old volume collected")
     assert f"collected the driver volume of {V}" in agent.log()
     assert agent.log().count(f"keeping {new_path}") <= 3     # logged on change, not every round
 
     # NVML gone for a while: logged once, nothing removed, back when it is back.
     (nvml_dir / f"{lay.name}.conf").unlink()
-    wait_for("the warning", lambda: "driver watch:" in agent.log())
+    wait_until(lambda: "driver watch:" in agent.log(), what="the warning")
     time.sleep(1)
     assert agent.log().count("driver watch:") == 1 and old_path.is_dir()
     lay.write(nvml_dir)
-    wait_for("recovery", lambda: "driver watch: working again" in agent.log())
+    wait_until(lambda: "driver watch: working again" in agent.log(), what="recovery")
 
 
 def plugin_call(name: str, endpoint: str, body):

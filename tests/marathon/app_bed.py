@@ -20,7 +20,8 @@ from framework.marathon.service import FrameworkService
 from localcluster import fake_nvml
 from localcluster.gpu_node import GpuNode, layout_for_driver_files
 from localcluster.mesos import Agent, Master
-from tests.marathon.conftest import client_of, framework_args, wait_for
+from tests.marathon.conftest import client_of, framework_args
+from tests.bed.waiting import wait_until
 
 HOSTNAME = "127.0.0.1"
 ALLOWED = "cap-add,volume,privileged"
@@ -90,7 +91,7 @@ class Bed:
 
     def delete(self, app_id: str) -> None:
         self.api.delete(f"/v2/apps{app_id}?force=true")
-        wait_for(lambda: self.api.get(f"/v2/apps{app_id}").status == 404, timeout=60)
+        wait_until(lambda: self.api.get(f"/v2/apps{app_id}").status == 404, timeout=60)
 
     def app(self, app_id: str) -> dict:
         return self.api.get(f"/v2/apps{app_id}?embed=app.readiness").json["app"]
@@ -106,7 +107,7 @@ class Bed:
                 tasks = [t for t in tasks if t["healthCheckResults"]
                          and all(r["alive"] for r in t["healthCheckResults"])]
             return tasks if len(tasks) == count else None
-        return wait_for(enough, timeout=120, interval=0.5)
+        return wait_until(enough, timeout=120, interval=0.5)
 
     def sandbox(self, task_id: str) -> Path:
         """The task's sandbox on the agent (its executor's, `runs/latest`)."""

@@ -7,7 +7,6 @@ HTTP server on a free port) on a state directory, stopped at the end.
 """
 import argparse
 import base64
-import time
 from typing import Callable, Iterator, List
 
 import pytest
@@ -46,17 +45,6 @@ def start_framework(cluster) -> Iterator[Callable[..., FrameworkService]]:
     for service in started:
         if not service.http.closing.is_set():
             service.stop()
-
-
-def wait_for(predicate: Callable[[], object], timeout: float = 30.0, interval: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {predicate}")
-        time.sleep(interval)
 
 
 def client_of(service: FrameworkService, anonymous: bool = False, **headers) -> Client:

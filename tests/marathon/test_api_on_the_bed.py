@@ -20,7 +20,8 @@ from framework.timestamps import parse_timestamp
 from localcluster import fake_nvml
 from localcluster.gpu_node import GpuNode, layout_for_driver_files
 from localcluster.mesos import Agent, Master
-from tests.marathon.conftest import client_of, framework_args, wait_for
+from tests.marathon.conftest import client_of, framework_args
+from tests.bed.waiting import wait_until
 
 HOSTNAME = "api-bed"
 DOMAIN = {"MESOS_DOMAIN": '{"fault_domain": {"region": {"name": "eu-west"}, '
@@ -70,8 +71,8 @@ def test_a_group_with_dependencies_deploys_in_order(service, busybox_image):
     created = api.post("/v2/groups", body)
     assert created.status == 201, created.json
     order = ["/shop/db", "/shop/api", "/shop/web"]
-    tasks = {i: wait_for(lambda i=i: running_task(api, i), timeout=120) for i in order}
-    wait_for(lambda: api.get("/v2/deployments").json == [], timeout=30)
+    tasks = {i: wait_until(lambda i=i: running_task(api, i), timeout=120) for i in order}
+    wait_until(lambda: api.get("/v2/deployments").json == [], timeout=30)
     for first, then in zip(order, order[1:]):
         started = parse_timestamp(tasks[first]["startedAt"])
         staged = parse_timestamp(tasks[then]["stagedAt"])
@@ -84,11 +85,11 @@ def test_a_group_with_dependencies_deploys_in_order(service, busybox_image):
     assert api.delete("/v2/leader").status == 200
     time.sleep(1)
     assert service.scheduler.wait_subscribed(30)
-    wait_for(lambda: sorted(t["id"] for t in api.get("/v2/tasks").json["tasks"]
+    wait_until(lambda: sorted(t["id"] for t in api.get("/v2/tasks").json["tasks"]
                             if t["state"] == "TASK_RUNNING") == running, timeout=30)
     removed = api.delete("/v2/groups/shop")
     assert removed.status == 200
-    wait_for(lambda: api.get("/v2/tasks").json["tasks"] == [], timeout=60)
+    wait_until(lambda: api.get("/v2/tasks").json["tasks"] == [], timeout=60)
 
 
 PROBE = """
@@ -117,12 +118,12 @@ def test_no_task_drives_the_api_unauthenticated(service, agent, busybox_image, c
     probe = {"id": app_id, "cmd": PROBE.format(port=port), "cpus": 0.1, "mem": 32,
              "container": {"type": containerizer, "docker": {"image": busybox_image()}}}
     assert api.post("/v2/apps", probe).status == 201
-    task = wait_for(lambda: running_task(api, app_id), timeout=120)
-    output = wait_for(lambda: "PROBE done" in sandbox_stdout(agent, task["id"])
-                      and sandbox_stdout(agent, task["id"]), timeout=60)
+    task = wait_until(lambda: running_task(api, app_id), timeout=120)
+    output = wait_until(lambda: "PROBE done" in sandbox_stdout(agent, task["id"])
+                        and sandbox_stdout(agent, task["id"]), timeout=60)
     assert "PROBE ping reached" in output, output           # the API is right there ...
     assert "PROBE post HTTP/1.1 401" in output, output      # ... and refuses the task
     assert api.get("/v2/apps/sneaked-in").status == 404
     assert [a["id"] for a in api.get("/v2/apps").json["apps"]] == [app_id]
     assert api.delete(f"/v2/apps{app_id}").status == 200
-    wait_for(lambda: api.get("/v2/tasks").json["tasks"] == [], timeout=60)
+    wait_until(lambda: api.get("/v2/tasks").json["tasks"] == [], timeout=60)

@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from tests.marathon import app_bed
-from tests.marathon.conftest import wait_for
+from tests.bed.waiting import wait_until
 
 FAST = {"gracePeriodSeconds": 2, "intervalSeconds": 1, "timeoutSeconds": 1,
         "maxConsecutiveFailures": 3, "delaySeconds": 0}
@@ -70,7 +70,7 @@ def test_failing_http_endpoints_are_marked_unhealthy_and_replaced(bed, image):
             def replaced():
                 tasks = bed.running(app_id, healthy=True)
                 return tasks[0]["id"] != task["id"] and tasks
-            wait_for(replaced, timeout=90, interval=1)
+            wait_until(replaced, timeout=90, interval=1)
             kills = tap.of("unhealthy_instance_kill_event", taskId=task["id"])
             assert len(kills) == 1 and kills[0]["appId"] == app_id, kills
             assert "404" in kills[0]["reason"], kills
@@ -118,8 +118,8 @@ def test_a_fetched_tarball_is_extracted_in_the_sandbox_and_the_task_runs_from_it
         sandbox = bed.sandbox(task["id"])
         assert (sandbox / "app.tgz").is_file() and os.access(sandbox / "app" / "run.sh", os.X_OK)
         assert os.stat(sandbox / "bin" / "tool").st_mode & 0o111
-        wait_for(lambda: "fetched-ok from /mnt/mesos/sandbox" in (sandbox / "stdout").read_text())
-        wait_for(lambda: "to-stderr" in (sandbox / "stderr").read_text())
+        wait_until(lambda: "fetched-ok from /mnt/mesos/sandbox" in (sandbox / "stdout").read_text())
+        wait_until(lambda: "to-stderr" in (sandbox / "stderr").read_text())
         cache = bed.agent.run_dir / "fetch"
         assert any(cache.rglob("*")), "the cached URI is in the agent's fetcher cache"
     finally:
@@ -131,8 +131,8 @@ def test_an_unreachable_uri_fails_the_task_naming_it(bed):
     bed.create({"id": "/fetch/unreachable", "cpus": 0.1, "mem": 32, "cmd": "sleep 600",
                 "fetch": [{"uri": uri}]})
     try:
-        failure = wait_for(lambda: bed.app("/fetch/unreachable").get("lastTaskFailure"),
-                           timeout=60)
+        failure = wait_until(lambda: bed.app("/fetch/unreachable").get("lastTaskFailure"),
+                             timeout=60)
         assert failure["state"] == "TASK_FAILED" and uri in failure["message"], failure
         assert "fetch" in failure["message"].lower()
     finally:
@@ -151,7 +151,7 @@ def test_port0_reaches_a_bridge_task_and_its_host_port_answers(bed, image):
         task = bed.running("/ports/bridge")[0]
         port = task["ports"][0]
         assert 31000 <= port <= 32000 and task["servicePorts"][0] >= 10000
-        answer = wait_for(lambda: _get(f"http://127.0.0.1:{port}/"), timeout=30)
+        answer = wait_until(lambda: _get(f"http://127.0.0.1:{port}/"), timeout=30)
         assert answer.split() == [str(port)] * 4 + [app_bed.HOSTNAME], answer
     finally:
         bed.delete("/ports/bridge")
@@ -191,8 +191,8 @@ def test_a_port_taken_on_the_host_fails_the_launch_naming_it(bed):
         bed.create({"id": "/ports/taken", "cpus": 0.1, "mem": 32, "requirePorts": True,
                     "cmd": "sleep 600", "portDefinitions": [{"port": taken}]})
         try:
-            failure = wait_for(lambda: bed.app("/ports/taken").get("lastTaskFailure"),
-                               timeout=60)
+            failure = wait_until(lambda: bed.app("/ports/taken").get("lastTaskFailure"),
+                                 timeout=60)
             assert f"host port {taken}/tcp" in failure["message"] and \
                 "already in use" in failure["message"], failure
         finally:
@@ -215,7 +215,7 @@ def test_allowed_docker_options_reach_the_container(bed, image, tmp_path):
     try:
         task = bed.running("/docker/options")[0]
         sandbox = bed.sandbox(task["id"])
-        wait_for(lambda: (sandbox / "host").exists())
+        wait_until(lambda: (sandbox / "host").exists())
         assert (sandbox / "uid").read_text().strip() == "65534"
         assert (sandbox / "data").read_text() == "from-the-host\n"
         assert (sandbox / "host").read_text().strip() == "gpu-box"
@@ -282,7 +282,7 @@ def test_a_volume_in_the_sandbox_may_not_lead_out_of_it(bed, image, tmp_path):
                         "container": {"type": kind, "docker": {"image": image}, "volumes": [
                             {"containerPath": "/x", "hostPath": "link", "mode": "RW"}]}})
         for app_id in apps:
-            failure = wait_for(lambda: bed.app(app_id).get("lastTaskFailure"), timeout=60)
+            failure = wait_until(lambda: bed.app(app_id).get("lastTaskFailure"), timeout=60)
             assert failure["state"] == "TASK_FAILED", failure
             assert "volume hostPath link: leaves the sandbox" in failure["message"], failure
         assert list(outside.iterdir()) == []
@@ -301,7 +301,7 @@ def _get(url: str) -> str:
 
 
 def _read_when_there(path) -> str:
-    return wait_for(lambda: path.exists() and path.read_text().strip() and path.read_text())
+    return wait_until(lambda: path.exists() and path.read_text().strip() and path.read_text())
 
 
 def _free_port(start: int = 31900) -> int:

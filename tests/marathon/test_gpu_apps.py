@@ -14,7 +14,8 @@ from framework.marathon.service import FrameworkService
 from localcluster import fake_nvml
 from localcluster.mesos import Agent, Master
 from localcluster.gpu_node import GpuNode, layout_for_driver_files
-from tests.marathon.conftest import client_of, framework_args, wait_for
+from tests.marathon.conftest import client_of, framework_args
+from tests.bed.waiting import wait_until
 
 HOSTNAME = "marathon-k80"
 
@@ -63,15 +64,15 @@ def test_two_gpu_instances_restart_and_scale_to_zero(agent, node, docker_engine,
             "container": {"type": "DOCKER", "docker": {"image": image}}})
         assert created.status == 201, created.json
 
-        tasks = wait_for(lambda: len(running_tasks(api, "/gpu/pair")) == 2
-                         and running_tasks(api, "/gpu/pair"), timeout=90)
+        tasks = wait_until(lambda: len(running_tasks(api, "/gpu/pair")) == 2
+                           and running_tasks(api, "/gpu/pair"), timeout=90)
         gpus = [t["gpuUuids"] for t in tasks]
         assert all(len(g) == 1 for g in gpus) and gpus[0] != gpus[1], gpus
         assert {g[0] for g in gpus} == {gpu.uuid for gpu in node.layout.gpus}
         assert {t["host"] for t in tasks} == {HOSTNAME}
         assert {t["slaveId"] for t in tasks} == {agent.id}
         assert sorted(node.allocated()) == sorted(node.minors)
-        wait_for(lambda: api.get("/v2/deployments").json == [])
+        wait_until(lambda: api.get("/v2/deployments").json == [])
         app = api.get("/v2/apps/gpu/pair").json["app"]
         assert app["tasksRunning"] == 2 and app["tasksStaged"] == 0
         assert "gpuUuids" not in app["tasks"][0]          # only on request (?gpus=true)
@@ -86,7 +87,7 @@ def test_two_gpu_instances_restart_and_scale_to_zero(agent, node, docker_engine,
         api = client_of(service)
         assert service.scheduler.wait_subscribed(30)
         assert service.scheduler.framework_id == framework_id
-        again = wait_for(lambda: running_tasks(api, "/gpu/pair"), timeout=60)
+        again = wait_until(lambda: running_tasks(api, "/gpu/pair"), timeout=60)
         assert sorted(t["id"] for t in again) == task_ids
         assert sorted(g for t in again for g in t["gpuUuids"]) == sorted(g[0] for g in gpus)
         assert api.get("/v2/apps/gpu/pair").json["app"]["instances"] == 2
@@ -96,21 +97,21 @@ def test_two_gpu_instances_restart_and_scale_to_zero(agent, node, docker_engine,
         changed = api.patch("/v2/apps/gpu/pair", {"upgradeStrategy": {
             "minimumHealthCapacity": 0.5, "maximumOverCapacity": 0}})
         assert changed.status == 200
-        replaced = wait_for(lambda: replaced_all(api, task_ids), timeout=120)
+        replaced = wait_until(lambda: replaced_all(api, task_ids), timeout=120)
         killed = replaced[0]["id"]
         gone = api.delete(f"/v2/apps/gpu/pair/tasks/{killed}")
         assert gone.status == 200 and gone.json["task"]["id"] == killed
-        after_kill = wait_for(lambda: replaced_all(api, [killed]), timeout=90)
+        after_kill = wait_until(lambda: replaced_all(api, [killed]), timeout=90)
         restarted = api.post("/v2/apps/gpu/pair/restart")
         assert restarted.status == 200 and restarted.json["deploymentId"]
-        wait_for(lambda: replaced_all(api, [t["id"] for t in after_kill]), timeout=120)
-        wait_for(lambda: api.get("/v2/deployments").json == [], timeout=30)
+        wait_until(lambda: replaced_all(api, [t["id"] for t in after_kill]), timeout=120)
+        wait_until(lambda: api.get("/v2/deployments").json == [], timeout=30)
 
         scaled = api.put("/v2/apps/gpu/pair", {"instances": 0})
         assert scaled.status == 200, scaled.json
-        wait_for(lambda: api.get("/v2/apps/gpu/pair/tasks").json["tasks"] == [], timeout=60)
-        wait_for(lambda: node.allocated() == [], timeout=30)
-        wait_for(lambda: api.get("/v2/deployments").json == [])
+        wait_until(lambda: api.get("/v2/apps/gpu/pair/tasks").json["tasks"] == [], timeout=60)
+        wait_until(lambda: node.allocated() == [], timeout=30)
+        wait_until(lambda: api.get("/v2/deployments").json == [])
         assert node.containers() == {}
         assert api.delete("/v2/apps/gpu/pair").status == 200
     finally:

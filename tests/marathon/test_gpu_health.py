@@ -24,7 +24,8 @@ from localcluster.gpu_node import GpuNode, layout_for_driver_files
 from localcluster.mesos import Agent, Master
 from localcluster.processes import free_port
 from tests.bed.prometheus import families, values
-from tests.marathon.conftest import client_of, framework_args, wait_for
+from tests.marathon.conftest import client_of, framework_args
+from tests.bed.waiting import wait_until
 
 HOSTNAME = "health-v100"
 QUIET = 12                    # the daemon's --health_quiet_period, seconds
@@ -68,7 +69,7 @@ def no_app_left(service, node):
     api = client_of(service)
     for app in api.get("/v2/apps").json["apps"]:
         api.delete(f"/v2/apps{app['id']}?force=true")
-    wait_for(lambda: node.allocated() == [], timeout=60)
+    wait_until(lambda: node.allocated() == [], timeout=60)
 
 
 def tasks(api):
@@ -99,7 +100,7 @@ def test_xid79_heals_without_a_restart_and_xid13_only_counts(service, cluster, n
         "id": APP, "cmd": "sleep 3600", "cpus": 0.1, "mem": 32, "gpus": 1, "instances": 3,
         "container": {"type": "DOCKER", "docker": {"image": busybox_image()}}})
     assert created.status == 201, created.json
-    first = wait_for(lambda: running(api, 3), timeout=120)
+    first = wait_until(lambda: running(api, 3), timeout=120)
     on_gpu2 = [t for t in first if t["gpuUuids"] == [uuid[2]]]
     assert len(on_gpu2) == 1, first          # the allocator gives 0, 3, 2 first
     victim = on_gpu2[0]
@@ -109,7 +110,7 @@ def test_xid79_heals_without_a_restart_and_xid13_only_counts(service, cluster, n
     holding = next(h for h in node.containers().values() if h["uuids"] == [uuid[0]])
     pid = docker_engine.client().api.inspect_container(holding["docker_id"])["State"]["Pid"]
     node.nvml.process(0, pid, 2 << 30, sm_percent=64)
-    with_usage = wait_for(lambda: [t for t in tasks(api) if t.get("gpuUsage", {}).get(
+    with_usage = wait_until(lambda: [t for t in tasks(api) if t.get("gpuUsage", {}).get(
         "memoryUsedBytes") == 2 << 30], timeout=30)
     usage = with_usage[0]["gpuUsage"]
     assert usage["utilizationPercent"] == 64 and usage["gpus"][0]["uuid"] == uuid[0]
@@ -118,7 +119,7 @@ def test_xid79_heals_without_a_restart_and_xid13_only_counts(service, cluster, n
     events = service.events.subscribe(["status_update_event"])
     injected = time.monotonic()
     node.nvml.xid(2, 79)
-    wait_for(lambda: gpu_state(node, 2).state == "unhealthy", timeout=5, interval=0.05)
+    wait_until(lambda: gpu_state(node, 2).state == "unhealthy", timeout=5, interval=0.05)
     unhealthy_in = time.monotonic() - injected
     assert unhealthy_in < 5 and gpu_state(node, 2).reason == "XID 79 (GPU has fallen off the bus)"
 
@@ -128,7 +129,7 @@ def test_xid79_heals_without_a_restart_and_xid13_only_counts(service, cluster, n
                 if t["name"] == victim["id"] and t["state"] == "TASK_FAILED":
                     return t
         return None
-    wait_for(failed_attempt, timeout=30)             # Mesos: the attempt on GPU 2 failed
+    wait_until(failed_attempt, timeout=30)             # Mesos: the attempt on GPU 2 failed
 
     def told_why():                                   # /v2/events: why, as the user sees it
         frame = events.next(0.5)
@@ -137,10 +138,10 @@ def test_xid79_heals_without_a_restart_and_xid13_only_counts(service, cluster, n
         event = json.loads(frame.decode().split("data: ", 1)[1])
         return event if event["taskId"] == victim["id"] and "XID 79" in event["message"] \
             else None
-    event = wait_for(told_why, timeout=30, interval=0)
+    event = wait_until(told_why, timeout=30, interval=0)
     assert "stopped by the agent daemon: GPU 2 (" + uuid[2] + ") became unhealthy: XID 79 " \
            "(GPU has fallen off the bus)" in event["message"], event
-    replaced = wait_for(lambda: (lambda ts: ts if ts and all(uuid[2] not in t["gpuUuids"]
+    replaced = wait_until(lambda: (lambda ts: ts if ts and all(uuid[2] not in t["gpuUuids"]
                                                              for t in ts) else None)(
         running(api, 3)), timeout=90)
     assert {tuple(t["gpuUuids"]) for t in replaced} >= {(uuid[0],), (uuid[3],)}
@@ -148,7 +149,7 @@ def test_xid79_heals_without_a_restart_and_xid13_only_counts(service, cluster, n
 
     # every healthy GPU taken, and one more: it waits, it is not sent to fail at prepare
     assert api.put(f"/v2/apps{APP}", {"instances": 8}).status == 200
-    seven = wait_for(lambda: (lambda ts: ts if ts and len([t for t in ts if t["state"] ==
+    seven = wait_until(lambda: (lambda ts: ts if ts and len([t for t in ts if t["state"] ==
                                                            "TASK_RUNNING"]) == 7 else None)(
         tasks(api)), timeout=120)
     assert all(uuid[2] not in t["gpuUuids"] for t in seven)
@@ -169,7 +170,7 @@ def test_xid79_heals_without_a_restart_and_xid13_only_counts(service, cluster, n
     assert 2 not in node.allocated() and len(node.allocated()) == 7
 
     # after the quiet period GPU 2 is healthy and the waiting instance gets it
-    eight = wait_for(lambda: running(api, 8), timeout=QUIET + 60)
+    eight = wait_until(lambda: running(api, 8), timeout=QUIET + 60)
     assert any(t["gpuUuids"] == [uuid[2]] for t in eight)
     assert gpu_state(node, 2).state == "healthy"
     assert (node.proc.pid, node.proc.poll(), cluster[1].pid) == (daemon_pid, None,
@@ -178,7 +179,7 @@ def test_xid79_heals_without_a_restart_and_xid13_only_counts(service, cluster, n
     # XID 13 on a GPU with a task: a counter moves, nothing else
     before = sorted(t["id"] for t in eight)
     node.nvml.xid(0, 13)
-    text = wait_for(lambda: (lambda t: t if 'xid="13"' in t else None)(
+    text = wait_until(lambda: (lambda t: t if 'xid="13"' in t else None)(
         scrape(f"{node.metrics_url}/metrics")), timeout=10)
     assert values(families(text)["mesos_gpu_xid_errors_total"], "xid")["13"] == 1
     time.sleep(1)
@@ -230,7 +231,7 @@ def test_a_double_bit_error_stops_a_runc_task_and_it_moves(service, node, busybo
     assert api.post("/v2/apps", {
         "id": app, "cmd": "sleep 3600", "cpus": 0.1, "mem": 32, "gpus": 1,
         "container": {"type": "MESOS", "docker": {"image": busybox_image()}}}).status == 201
-    (task,) = wait_for(lambda: (lambda ts: ts if len(ts) == 1 and ts[0]["state"] ==
+    (task,) = wait_until(lambda: (lambda ts: ts if len(ts) == 1 and ts[0]["state"] ==
                                 "TASK_RUNNING" else None)(
         api.get(f"/v2/apps{app}/tasks?gpus=true").json["tasks"]), timeout=120)
     (held,) = task["gpuUuids"]
@@ -244,9 +245,9 @@ def test_a_double_bit_error_stops_a_runc_task_and_it_moves(service, node, busybo
         event = json.loads(frame.decode().split("data: ", 1)[1])
         return event if event["taskId"] == task["id"] and "double-bit ECC error" in \
             event["message"] else None
-    event = wait_for(told_why, timeout=30, interval=0)
+    event = wait_until(told_why, timeout=30, interval=0)
     assert f"GPU {minor} ({held}) became unhealthy: double-bit ECC error" in event["message"]
-    (moved,) = wait_for(lambda: (lambda ts: ts if len(ts) == 1 and ts[0]["state"] ==
+    (moved,) = wait_until(lambda: (lambda ts: ts if len(ts) == 1 and ts[0]["state"] ==
                                  "TASK_RUNNING" and ts[0]["gpuUuids"] != [held] else None)(
         api.get(f"/v2/apps{app}/tasks?gpus=true").json["tasks"]), timeout=90)
     assert moved["gpuUuids"][0] in uuid.values()

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import threading
 
-from tests.marathon.conftest import wait_for
+from tests.bed.waiting import wait_until
 from tests.marathon.http_client import Client
 
 WAITING = [["gpu_type", "IS", "no_such_gpu"]]
@@ -39,7 +39,7 @@ def test_a_sigkilled_framework_resumes_a_group_deployment(cluster, tmp_path):
         body = {"id": "/chain", "apps": [app("a", constraints=WAITING), app("b", "a"),
                                          app("c", "b")]}
         assert api.post("/v2/groups", body).status == 201
-        wait_for(lambda: api.get("/v2/deployments").json[0]["currentStep"] == 2)
+        wait_until(lambda: api.get("/v2/deployments").json[0]["currentStep"] == 2)
         before = {path: api.get(path).json for path in
                   ("/v2/deployments", "/v2/groups/chain", "/v2/groups/chain/versions",
                    "/v2/apps/chain/b/versions")}
@@ -56,7 +56,7 @@ def test_a_sigkilled_framework_resumes_a_group_deployment(cluster, tmp_path):
             assert api.get(path).json == shown, path
         assert [q["app"]["id"] for q in api.get("/v2/queue").json["queue"]] == ["/chain/a"]
         assert api.delete("/v2/groups/chain?force=true").status == 200
-        wait_for(lambda: api.get("/v2/deployments").json == [])
+        wait_until(lambda: api.get("/v2/deployments").json == [])
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0

@@ -4,7 +4,8 @@ instances or cannot be placed, so no executor is needed; the bed test in
 test_groups_bed.py runs a group's tasks)."""
 import pytest
 
-from tests.marathon.conftest import client_of, wait_for
+from tests.marathon.conftest import client_of
+from tests.bed.waiting import wait_until
 
 NEVER_PLACED = [["gpu_type", "IS", "no_such_gpu"]]
 
@@ -21,7 +22,7 @@ def api(start_framework, tmp_path):
 
 
 def idle(api):
-    wait_for(lambda: api.get("/v2/deployments").json == [])
+    wait_until(lambda: api.get("/v2/deployments").json == [])
 
 
 def tree_of(group):
@@ -110,7 +111,7 @@ def test_dependencies_order_the_deployment_and_hold_later_steps(api):
         [{"action": "ScaleApplication", "app": "/chain/c"}]]
     assert sorted(plan["affectedApps"]) == ["/chain/a", "/chain/b", "/chain/c"]
     # /chain/a cannot be placed: b and c wait for it, not even queued.
-    wait_for(lambda: api.get("/v2/deployments").json[0]["currentStep"] == 2)
+    wait_until(lambda: api.get("/v2/deployments").json[0]["currentStep"] == 2)
     queue = api.get("/v2/queue").json["queue"]
     assert [q["app"]["id"] for q in queue] == ["/chain/a"]
     assert api.put("/v2/apps/chain/b", {"cpus": 0.2}).status == 409       # locked by the group's

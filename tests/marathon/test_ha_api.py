@@ -14,7 +14,7 @@ import threading
 import pytest
 
 from framework.marathon.service import FrameworkService, add_arguments
-from tests.marathon.conftest import wait_for
+from tests.bed.waiting import wait_until
 from tests.marathon.http_client import Client
 
 CREDENTIALS = "ops:s3cret"
@@ -49,8 +49,8 @@ def api(service) -> Client:
 
 
 def leader_of(services, timeout=20.0):
-    return wait_for(lambda: next((s for s in services if s.leadership.is_leader()
-                                  and s.api is not None), None), timeout, 0.05)
+    return wait_until(lambda: next((s for s in services if s.leadership.is_leader()
+                                  and s.api is not None), None), timeout, interval=0.05)
 
 
 def running(service, app_id):
@@ -69,7 +69,8 @@ class Events:
                           f"Authorization: {AUTH['Authorization']}\r\n\r\n".encode())
         self.events = []
         threading.Thread(target=self._read, daemon=True).start()
-        wait_for(lambda: "event_stream_attached" in self.types(), 10, 0.02)   # subscribed
+        wait_until(lambda: "event_stream_attached" in self.types(), 10,     # subscribed
+                   interval=0.02)
 
     def _read(self) -> None:
         buffer = b""
@@ -106,13 +107,13 @@ def test_any_instance_answers_and_the_leader_hands_over_on_request(instances, cl
     assert {i["marathon_config"]["ha"] for i in infos} == {True}
     assert {i["zookeeper_config"]["zk"] for i in infos} == {str(leader.zk.url)}
     assert {i["zookeeper_config"]["zk_session_timeout"] for i in infos} == {SESSION_MS}
-    framework_id = wait_for(lambda: leader.scheduler.framework_id, 20)
+    framework_id = wait_until(lambda: leader.scheduler.framework_id, 20)
     assert {api(s).get("/v2/info").json["frameworkId"] for s in services} == {framework_id}
     for service in services:
         assert api(service).get("/v2/leader").json == {"leader": address}
 
     # the others relay the leader's event stream (from a moment after they start)
-    wait_for(lambda: all(s.relay.source == address for s in others), 10, 0.05)
+    wait_until(lambda: all(s.relay.source == address for s in others), 10, interval=0.05)
     stream = Events(others[1])
     try:
         created = api(others[0]).post("/v2/apps", {"id": "/ha/sleeper", "cmd": "sleep 600",
@@ -120,15 +121,15 @@ def test_any_instance_answers_and_the_leader_hands_over_on_request(instances, cl
         assert created.status == 201, created.json
         assert created.headers["x-marathon-leader"] == f"http://{address}"
         assert created.headers["location"]
-        tasks = wait_for(lambda: running(others[1], "/ha/sleeper"), 60)
+        tasks = wait_until(lambda: running(others[1], "/ha/sleeper"), 60)
         # every instance shows the same apps and tasks; the leader marks its answers too
         for service in services:
             reply = api(service).get("/v2/apps")
             assert [a["id"] for a in reply.json["apps"]] == ["/ha/sleeper"]
             assert reply.headers["x-marathon-leader"] == f"http://{address}"
         # the event stream of an instance that does not lead carries the leader's events
-        wait_for(lambda: {"api_post_event", "deployment_info", "status_update_event"}
-                 <= set(stream.types()), 30)
+        wait_until(lambda: {"api_post_event", "deployment_info", "status_update_event"}
+                   <= set(stream.types()), 30)
         # its own stream's attachment only: the relays' attachments stay on the leader
         assert stream.types().count("event_stream_attached") == 1
 
@@ -137,18 +138,18 @@ def test_any_instance_answers_and_the_leader_hands_over_on_request(instances, cl
         assert (abdicated.status, abdicated.json) == (200, {"message": "Leadership abdicated"})
         second = leader_of(others, timeout=30)
         assert second.store.framework_id() == framework_id
-        wait_for(lambda: second.scheduler.wait_subscribed(0.1), 30)
-        again = wait_for(lambda: running(second, "/ha/sleeper"), 30)
+        wait_until(lambda: second.scheduler.wait_subscribed(0.1), 30)
+        again = wait_until(lambda: running(second, "/ha/sleeper"), 30)
         assert [t["id"] for t in again] == [t["id"] for t in tasks]
         assert not leader.leadership.is_leader() and leader.api is None
         new_address = second.http.url[len("http://"):]
-        wait_for(lambda: api(leader).get("/v2/leader").json == {"leader": new_address}, 10)
+        wait_until(lambda: api(leader).get("/v2/leader").json == {"leader": new_address}, 10)
         # the old leader forwards now; the stream still on its instance sees new events
         scaled = api(leader).put("/v2/apps/ha/sleeper", {"instances": 2})
         assert scaled.status == 200 and scaled.headers["x-marathon-leader"] == f"http://{new_address}"
-        wait_for(lambda: len(running(others[0], "/ha/sleeper") or []) == 2, 60)
+        wait_until(lambda: len(running(others[0], "/ha/sleeper") or []) == 2, 60)
         seen = len(stream.events)
-        wait_for(lambda: any(e["eventType"] == "status_update_event"
+        wait_until(lambda: any(e["eventType"] == "status_update_event"
                              for e in stream.events[seen - 5:]), 30)
         frameworks = [f for f in cluster.state()["frameworks"] if f["id"] == framework_id]
         assert len(frameworks) == 1 and frameworks[0]["active"]
@@ -179,21 +180,21 @@ def test_a_leader_cut_off_from_zookeeper_stops_acting_steps_down_and_rejoins(
     leader = leader_of(services)
     assert api(leader).post("/v2/apps", {"id": "/cut", "cmd": "sleep 600", "cpus": 0.1,
                                          "mem": 16}).status == 201
-    task_ids = [t["id"] for t in wait_for(lambda: running(leader, "/cut"), 60)]
+    task_ids = [t["id"] for t in wait_until(lambda: running(leader, "/cut"), 60)]
     framework_id = leader.scheduler.framework_id
     zookeeper.pause()
     try:
-        wait_for(lambda: not leader.leadership.is_leader(), SESSION_MS / 1000, 0.02)
+        wait_until(lambda: not leader.leadership.is_leader(), SESSION_MS / 1000, interval=0.02)
         refused = api(leader).post("/v2/apps", {"id": "/while-cut", "cmd": "sleep 1",
                                                 "cpus": 0.1, "mem": 16})
         assert refused.status == 503, refused.json
         # stepped down: the API first, then the reconciler and scheduler stop, the state is dropped
-        wait_for(lambda: leader.api is None and leader.scheduler is None, 10, 0.05)
+        wait_until(lambda: leader.api is None and leader.scheduler is None, 10, interval=0.05)
         assert leader.reconciler is None and leader.registry is None
     finally:
         zookeeper.resume()
     back = leader_of(services, timeout=30)
-    again = wait_for(lambda: running(back, "/cut"), 30)
+    again = wait_until(lambda: running(back, "/cut"), 30)
     assert [t["id"] for t in again] == task_ids
     assert back.store.framework_id() == framework_id
     assert api(back).get("/v2/apps/while-cut").status == 404
@@ -206,12 +207,13 @@ def test_zookeeper_sigkilled_and_restarted_leaves_one_leader_and_the_state(
     leader = leader_of(services)
     assert api(leader).post("/v2/apps", {"id": "/zk-crash", "cmd": "sleep 600", "cpus": 0.1,
                                          "mem": 16}).status == 201
-    task_ids = [t["id"] for t in wait_for(lambda: running(leader, "/zk-crash"), 60)]
+    task_ids = [t["id"] for t in wait_until(lambda: running(leader, "/zk-crash"), 60)]
     zookeeper.crash()
     zookeeper.restart()               # same data; clients reconnect within their sessions
     back = leader_of(services, timeout=30)
-    wait_for(lambda: [s.leadership.is_leader() for s in services].count(True) == 1, 10, 0.05)
-    assert [t["id"] for t in wait_for(lambda: running(back, "/zk-crash"), 30)] == task_ids
+    wait_until(lambda: [s.leadership.is_leader() for s in services].count(True) == 1, 10,
+               interval=0.05)
+    assert [t["id"] for t in wait_until(lambda: running(back, "/zk-crash"), 30)] == task_ids
     other = next(s for s in services if s is not back)
     written = api(other).post("/v2/apps", {"id": "/after-zk-crash", "cmd": "sleep 1",
                                            "cpus": 0.1, "mem": 16, "instances": 0})

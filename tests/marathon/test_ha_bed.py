@@ -23,7 +23,7 @@ from kazoo.client import KazooClient
 from localcluster import fake_nvml
 from localcluster.gpu_node import GpuNode, layout_for_driver_files
 from tests.bed.framework_instances import Instance, first_write, leader
-from tests.marathon.conftest import wait_for
+from tests.bed.waiting import wait_until
 
 SESSION_MS = 3000
 HOSTNAME = "ha-v100"
@@ -93,7 +93,7 @@ def test_three_instances_survive_sigkill_sigstop_and_a_master_failover(
     try:
         for instance in instances:
             instance.start()
-        wait_for(lambda: all(i.info() for i in instances), timeout=60)
+        wait_until(lambda: all(i.info() for i in instances), timeout=60)
         first = leader(instances)
         others = [i for i in instances if i is not first]
 
@@ -102,8 +102,8 @@ def test_three_instances_survive_sigkill_sigstop_and_a_master_failover(
             created = others[0].api.post("/v2/apps", gpu_app(app_id, kind, image))
             assert created.status == 201, created.json
             assert created.headers["x-marathon-leader"] == f"http://{first.address}"
-        tasks = wait_for(lambda: len(running_tasks(others[1])) == 2 and running_tasks(others[1]),
-                         timeout=180)
+        tasks = wait_until(lambda: len(running_tasks(others[1])) == 2 and running_tasks(others[1]),
+                           timeout=180)
         assert all(len(gpus) == 1 for _, gpus, _ in tasks.values())
         assert len({gpus for _, gpus, _ in tasks.values()}) == 2
         ledger, held = node.containers(), sorted(node.allocated())
@@ -121,12 +121,12 @@ def test_three_instances_survive_sigkill_sigstop_and_a_master_failover(
             assert instance.info()["frameworkId"] == framework_id
             apps = instance.api.get("/v2/apps").json["apps"]
             assert sorted(a["id"] for a in apps) == ["/gpu/docker", "/gpu/runc", "/probe/w1"]
-            wait_for(lambda: running_tasks(instance) == tasks, timeout=60)
+            wait_until(lambda: running_tasks(instance) == tasks, timeout=60)
         assert node.containers() == ledger and sorted(node.allocated()) == held
-        wait_for(lambda: master_tasks(quorum, framework_id) == (
+        wait_until(lambda: master_tasks(quorum, framework_id) == (
             sorted((t, "TASK_RUNNING") for t in tasks), True), timeout=60)
         first.start()                     # restarted, it rejoins as a candidate
-        wait_for(lambda: (first.info() or {}).get("leader") == second.address, timeout=60)
+        wait_until(lambda: (first.info() or {}).get("leader") == second.address, timeout=60)
         assert first.info()["elected"] is False and running_tasks(first) == tasks
 
         # 2. SIGSTOP the leader past its session timeout; change things meanwhile
@@ -139,9 +139,9 @@ def test_three_instances_survive_sigkill_sigstop_and_a_master_failover(
         scaled = new.api.put("/v2/apps/gpu/docker", {"instances": 2})
         assert scaled.status == 200, scaled.json
         assert new.api.delete("/v2/apps/probe/w1").status == 200
-        grown = wait_for(lambda: len(running_tasks(new)) == 3 and running_tasks(new), timeout=120)
+        grown = wait_until(lambda: len(running_tasks(new)) == 3 and running_tasks(new), timeout=120)
         assert {t: v for t, v in grown.items() if t in tasks} == tasks
-        wait_for(lambda: new.api.get("/v2/deployments").json == [], timeout=60)
+        wait_until(lambda: new.api.get("/v2/deployments").json == [], timeout=60)
         before_resume = state_nodes(zk)
         on_master = master_tasks(quorum, framework_id)
         epoch = int(zk.get("/marathon/epoch")[0])
@@ -149,9 +149,9 @@ def test_three_instances_survive_sigkill_sigstop_and_a_master_failover(
         second.signal(signal.SIGCONT)
         resumed_at = time.monotonic()
         # it answers again, knows it does not lead, and names the new leader
-        info = wait_for(lambda: second.info(), timeout=30)
+        info = wait_until(lambda: second.info(), timeout=30)
         assert info["elected"] is False
-        wait_for(lambda: (second.info() or {}).get("leader") == new.address, timeout=30)
+        wait_until(lambda: (second.info() or {}).get("leader") == new.address, timeout=30)
         time.sleep(SESSION_MS / 1000)        # whatever it would do, it would have done by now
         after_log = second.log()[log_before:]
         assert "launching " not in after_log and "killing task" not in after_log, after_log
@@ -172,7 +172,7 @@ def test_three_instances_survive_sigkill_sigstop_and_a_master_failover(
         old_master.crash()
         new_master = quorum.leader(timeout=60)
         assert new_master is not old_master
-        wait_for(lambda: master_tasks(quorum, framework_id) == (
+        wait_until(lambda: master_tasks(quorum, framework_id) == (
             sorted((t, "TASK_RUNNING") for t in grown), True), timeout=90)
         followed = new.log()[log_before:]
         assert "re-subscribed as framework " + framework_id in followed, followed
@@ -181,14 +181,14 @@ def test_three_instances_survive_sigkill_sigstop_and_a_master_failover(
         assert set(held) <= set(node.allocated())       # nothing given back while running
         more = new.api.put("/v2/apps/gpu/runc", {"instances": 2})
         assert more.status == 200
-        final = wait_for(lambda: len(running_tasks(new)) == 4 and running_tasks(new), timeout=120)
+        final = wait_until(lambda: len(running_tasks(new)) == 4 and running_tasks(new), timeout=120)
         assert len({gpus for _, gpus, _ in final.values()}) == 4
 
         # 4. everything given back
         for app_id in ("/gpu/docker", "/gpu/runc"):
             assert new.api.delete(f"/v2/apps{app_id}").status == 200
-        wait_for(lambda: running_tasks(new) == {}, timeout=120)
-        wait_for(lambda: node.allocated() == [], timeout=60)
+        wait_until(lambda: running_tasks(new) == {}, timeout=120)
+        wait_until(lambda: node.allocated() == [], timeout=60)
         assert agent.id
     finally:
         zk.stop()

@@ -4,7 +4,7 @@ takes the results over from the state in ZooKeeper and checks on, killing
 nothing."""
 import time
 
-from tests.marathon.conftest import wait_for
+from tests.bed.waiting import wait_until
 from tests.marathon.test_ha_api import api, instances, leader_of  # noqa: F401 (a fixture)
 
 FAST = {"gracePeriodSeconds": 0, "intervalSeconds": 1, "timeoutSeconds": 1,
@@ -34,14 +34,14 @@ def test_the_next_leader_keeps_the_health_and_checks_on(instances):  # noqa: F81
     for app_id, fields in APPS.items():
         assert api(other).post("/v2/apps", dict(fields, id=app_id, cpus=0.1,
                                                 mem=32)).status == 201
-    before = {app_id: wait_for(lambda: healthy_tasks(other, app_id), 60) for app_id in APPS}
+    before = {app_id: wait_until(lambda: healthy_tasks(other, app_id), 60) for app_id in APPS}
     assert other.health is None and other.readiness is None     # only the leader checks
 
     assert api(other).delete("/v2/leader").status == 200
     second = leader_of([other], timeout=30)
     # the results the last leader stored count at once, before a new check ran
     for app_id, task_ids in before.items():
-        assert wait_for(lambda: healthy_tasks(second, app_id), 10) == task_ids, app_id
+        assert wait_until(lambda: healthy_tasks(second, app_id), 10) == task_ids, app_id
     [http_task] = before["/ha/http"]
     taken_over = framework_last_success(second, http_task)
     time.sleep(4)                                       # a few intervals of checks

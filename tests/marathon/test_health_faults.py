@@ -7,7 +7,7 @@ import signal
 import time
 
 from tests.marathon import app_bed
-from tests.marathon.conftest import wait_for
+from tests.bed.waiting import wait_until
 
 # An HTTP server whose answer never comes (a CGI script that sleeps).
 HANGING_CGI = ("mkdir -p www/cgi-bin; printf '#!/bin/sh\\nsleep 100\\n' > www/cgi-bin/hang; "
@@ -36,7 +36,7 @@ def test_a_deployment_stops_the_old_task_only_once_the_new_one_is_healthy_and_re
     bed.create(app)
     try:
         old = bed.running("/deploy/ready", healthy=True)[0]
-        wait_for(lambda: bed.api.get("/v2/deployments").json == [], timeout=60)
+        wait_until(lambda: bed.api.get("/v2/deployments").json == [], timeout=60)
         # v2 becomes healthy after ~4 s and ready ~4 s later
         slow = serve.format(prepare="(sleep 4; echo ok > www/health; sleep 4; "
                                     "echo ok > www/ready) &")
@@ -54,7 +54,7 @@ def test_a_deployment_stops_the_old_task_only_once_the_new_one_is_healthy_and_re
                 seen["unready"] = results
                 seen["embedded"] = bed.app("/deploy/ready")["readinessCheckResults"]
             return plans == [] and old["id"] not in tasks and tasks
-        tasks = wait_for(waiting_for_readiness, timeout=90, interval=0.3)
+        tasks = wait_until(waiting_for_readiness, timeout=90, interval=0.3)
         assert seen["unready"], "no readiness result of the new task while it was not ready"
         # ... and in the app's own view (?embed=app.readiness)
         assert {r["taskId"] for r in seen["unready"]} <= {r["taskId"] for r in seen["embedded"]}
@@ -80,17 +80,17 @@ def test_a_killed_server_process_and_hanging_checks_get_the_task_replaced(bed, i
         bed.create(docker(image, id="/faults/http", cmd=HANGING_CGI,
                           healthChecks=[dict(FAST, protocol="HTTP", path="/cgi-bin/hang")]))
         server = bed.running("/faults/server", healthy=True)[0]
-        httpd = wait_for(lambda: [p for p in app_bed.processes_with(f"-p\x00{port_marker}")
+        httpd = wait_until(lambda: [p for p in app_bed.processes_with(f"-p\x00{port_marker}")
                                   if b"httpd" in open(f"/proc/{p}/cmdline", "rb").read()])
         os.kill(httpd[0], signal.SIGKILL)
         for app_id, why in (("/faults/server", "Connection refused"),
                             ("/faults/command", "timed out after 1s"),
                             ("/faults/http", "timed out after 1s")):
-            killed = wait_for(lambda: tap.of("unhealthy_instance_kill_event", appId=app_id),
-                              timeout=90)
+            killed = wait_until(lambda: tap.of("unhealthy_instance_kill_event", appId=app_id),
+                                timeout=90)
             assert why in killed[0]["reason"], killed
         assert tap.of("unhealthy_instance_kill_event", taskId=server["id"])
-        replacement = wait_for(lambda: [t for t in bed.running("/faults/server", healthy=True)
+        replacement = wait_until(lambda: [t for t in bed.running("/faults/server", healthy=True)
                                         if t["id"] != server["id"]], timeout=90)
         assert len(replacement) == 1
     finally:
@@ -139,16 +139,16 @@ def test_an_executor_killed_while_a_check_runs(bed, image):
                                          command={"value": f"sleep {marker}"})]))
     try:
         [task] = bed.running("/faults/executor")
-        checking = wait_for(lambda: app_bed.processes_with(f"sleep\x00{marker}"), timeout=30)
+        checking = wait_until(lambda: app_bed.processes_with(f"sleep\x00{marker}"), timeout=30)
         executor = [p for p in app_bed.processes_with("mesos_gpu\x00executor")
                     if f"MESOS_EXECUTOR_ID=mesos-gpu.{task['id']}".encode() in _environ(p)]
         assert len(executor) == 1, executor
         os.kill(executor[0], signal.SIGKILL)
-        wait_for(lambda: not any(p in app_bed.processes_with(f"sleep\x00{marker}")
+        wait_until(lambda: not any(p in app_bed.processes_with(f"sleep\x00{marker}")
                                  for p in checking), timeout=30)
         # The scheduler launches the task again (its next attempt), once.
         scheduler = bed.service.scheduler
-        record = wait_for(lambda: (lambda r: r.state == "TASK_RUNNING" and r.attempts == 2 and r)(
+        record = wait_until(lambda: (lambda r: r.state == "TASK_RUNNING" and r.attempts == 2 and r)(
             scheduler.task(task["id"])), timeout=90)
         assert record.mesos_task_id == f"{task['id']}.retry1"
         time.sleep(2)

@@ -7,7 +7,6 @@ import socket
 import ssl
 import subprocess
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -21,6 +20,7 @@ from framework.ports import PortRequest
 from framework.state_store import StateStore
 from framework.task_record import RUNNING, TaskRecord
 from framework.task_spec import TaskSpec
+from tests.bed.waiting import wait_until
 
 CHECK = {"gracePeriodSeconds": 0, "intervalSeconds": 1, "timeoutSeconds": 2,
          "maxConsecutiveFailures": 3, "delaySeconds": 0, "path": "/health"}
@@ -145,10 +145,8 @@ def _checked(port: int, path: str, until) -> tuple:
                             kills.append, "test")
     checker.start()
     try:
-        deadline = time.monotonic() + 10
-        while not until(changes, kills):
-            assert time.monotonic() < deadline, (changes, kills)
-            time.sleep(0.02)
+        wait_until(lambda: until(changes, kills), 10,
+                   lambda: f"the reports (changes, kills): {(changes, kills)}", interval=0.02)
     finally:
         checker.stop()
     return changes, kills

@@ -7,7 +7,8 @@ import threading
 
 import pytest
 
-from tests.marathon.conftest import client_of, wait_for
+from tests.marathon.conftest import client_of
+from tests.bed.waiting import wait_until
 
 NEVER_PLACED = [["gpu_type", "IS", "no_such_gpu"]]   # waits in the queue for ever
 
@@ -172,8 +173,8 @@ def test_updates_locks_and_force(api):
     assert api.patch("/v2/apps/missing", {"cpus": 1}).status == 404
     created = api.put("/v2/apps/newone", app("/ignored-id"))
     assert created.status == 201 and created.headers["location"] == "/newone"
-    wait_for(lambda: created.json["deploymentId"] not in
-             [p["id"] for p in api.get("/v2/deployments").json])     # no instances: done at once
+    wait_until(lambda: created.json["deploymentId"] not in
+               [p["id"] for p in api.get("/v2/deployments").json])     # no instances: done at once
     replaced = api.put("/v2/apps/newone?partialUpdate=false", {"args": ["sleep", "1"], "labels": {}})
     assert replaced.status == 200
     newone = api.get("/v2/apps/newone").json["app"]
@@ -190,12 +191,12 @@ def test_delete_restart_and_deployment_rollback(api):
         [{"action": "StartApplication", "app": "/svc"}],
         [{"action": "ScaleApplication", "app": "/svc"}]]
     # started at once; scaling waits for an offer that never comes
-    wait_for(lambda: api.get("/v2/deployments").json[0]["currentStep"] == 2)
+    wait_until(lambda: api.get("/v2/deployments").json[0]["currentStep"] == 2)
 
     rollback = api.delete(f"/v2/deployments/{plan['id']}")      # no force: roll back the create
     assert rollback.status == 200 and "deploymentId" in rollback.json
-    wait_for(lambda: api.get("/v2/apps/svc").status == 404)
-    wait_for(lambda: api.get("/v2/deployments").json == [])      # the rollback is done
+    wait_until(lambda: api.get("/v2/apps/svc").status == 404)
+    wait_until(lambda: api.get("/v2/deployments").json == [])      # the rollback is done
     assert api.delete("/v2/deployments/no-such-plan").json == {
         "message": "DeploymentPlan no-such-plan does not exist"}
 
@@ -208,7 +209,7 @@ def test_delete_restart_and_deployment_rollback(api):
     assert plan_id not in [p["id"] for p in api.get("/v2/deployments").json]
     deleted = api.delete("/v2/apps/svc")                          # force defaults to true here
     assert deleted.status == 200 and deleted.headers["marathon-deployment-id"]
-    wait_for(lambda: api.get("/v2/deployments").json == [])
+    wait_until(lambda: api.get("/v2/deployments").json == [])
     assert api.get("/v2/apps").json == {"apps": []}
 
 
@@ -259,7 +260,7 @@ def test_event_stream(api):
 
     reader = threading.Thread(target=read)
     reader.start()
-    wait_for(lambda: b"200 OK" in received)
+    wait_until(lambda: b"200 OK" in received)
     assert api.post("/v2/apps", app("/evented")).status == 201
     reader.join(timeout=10)
     sock.close()

@@ -31,7 +31,8 @@ from localcluster.mesos import Agent, Master
 from localcluster.registry import AMD64_LINUX, MEDIA_TYPES, Registry
 from tests.framework.e2e import sandbox_output
 from tests.isolator.test_platform_features import CPUINFO
-from tests.marathon.conftest import client_of, framework_args, wait_for
+from tests.marathon.conftest import client_of, framework_args
+from tests.bed.waiting import wait_until
 
 DRIVER = "nvidia-535-261"           # the driver version of the real 535 files the bed uses
 VARIANTS = [("generic", []),
@@ -126,15 +127,15 @@ def printed(bed, task, attempt=None) -> str:
     the Mesos task id of a retried launch (`<id>.retry1`)."""
     agent = bed.agents[task["host"]]
     mesos_id = attempt or task["id"]
-    return wait_for(lambda: sandbox_output(agent.run_dir, mesos_id).strip().splitlines()[-1:],
-                    timeout=30)[0]
+    return wait_until(lambda: sandbox_output(agent.run_dir, mesos_id).strip().splitlines()[-1:],
+                      timeout=30)[0]
 
 
 def app_failure(api, app_id, words, timeout=60):
     def failed():
         failure = api.get(f"/v2/apps{app_id}").json["app"].get("lastTaskFailure")
         return failure if failure and words in failure["message"] else None
-    return wait_for(failed, timeout=timeout)
+    return wait_until(failed, timeout=timeout)
 
 
 def queue_reason(api, app_id, words, timeout=60):
@@ -144,7 +145,7 @@ def queue_reason(api, app_id, words, timeout=60):
             if item["app"]["id"] == app_id and words in reason:
                 return reason
         return None
-    return wait_for(waiting, timeout=timeout)
+    return wait_until(waiting, timeout=timeout)
 
 
 def test_agents_publish_their_platform_features(bed):
@@ -164,7 +165,7 @@ def test_one_app_runs_the_right_variant_on_each_node_and_falls_back(bed, framewo
     created = api.post("/v2/apps", app("/cv/tf", image, instances=3,
                                        constraints=[["hostname", "UNIQUE"]]))
     assert created.status == 201, created.json
-    tasks = wait_for(lambda: running(api, "/cv/tf", 3), timeout=120)
+    tasks = wait_until(lambda: running(api, "/cv/tf", 3), timeout=120)
     assert sorted(t["host"] for t in tasks) == sorted(NODES)
     for task in tasks:
         expected = NODES[task["host"]][2]
@@ -192,13 +193,13 @@ def test_one_app_runs_the_right_variant_on_each_node_and_falls_back(bed, framewo
     def replaced():
         now = running(api, "/cv/tf", 3)
         return now if now and on_cpu["id"] not in {t["id"] for t in now} else None
-    after = wait_for(replaced, timeout=90)
+    after = wait_until(replaced, timeout=90)
     again = next(t for t in after if t["host"] == "cpu-node")
     assert printed(bed, again) == "generic"
     assert again["imageVariant"]["digest"] == pushed["generic"].digest
     assert {t["id"] for t in after} - {again["id"]} == {t["id"] for t in tasks} - {on_cpu["id"]}
     assert api.delete("/v2/apps/cv/tf").status == 200
-    wait_for(lambda: api.get("/v2/apps/cv/tf").status == 404, timeout=60)
+    wait_until(lambda: api.get("/v2/apps/cv/tf").status == 404, timeout=60)
 
 
 def test_gpu_tasks_in_runc_containers_get_their_gpu_variant(bed, framework):
@@ -207,7 +208,7 @@ def test_gpu_tasks_in_runc_containers_get_their_gpu_variant(bed, framework):
     image = registry.reference("cv/runc", "1")
     assert api.post("/v2/apps", app("/cv/runc", image, instances=2, container="MESOS", gpus=1,
                                     constraints=[["hostname", "UNIQUE"]])).status == 201
-    tasks = wait_for(lambda: running(api, "/cv/runc", 2), timeout=120)
+    tasks = wait_until(lambda: running(api, "/cv/runc", 2), timeout=120)
     assert {t["host"] for t in tasks} == {"k80-node", "v100-node"}
     for task in tasks:
         expected = NODES[task["host"]][2]
@@ -215,7 +216,7 @@ def test_gpu_tasks_in_runc_containers_get_their_gpu_variant(bed, framework):
         assert task["imageVariant"]["digest"] == pushed[expected].digest
         assert len(task["gpuUuids"]) == 1
     assert api.delete("/v2/apps/cv/runc").status == 200
-    wait_for(lambda: all(a.node.allocated() == [] for a in bed.agents.values()), timeout=60)
+    wait_until(lambda: all(a.node.allocated() == [] for a in bed.agents.values()), timeout=60)
 
 
 def test_an_index_changed_between_selection_and_launch_is_caught_by_the_executor(bed, framework):
@@ -236,7 +237,7 @@ def test_an_index_changed_between_selection_and_launch_is_caught_by_the_executor
     try:
         assert api.post("/v2/apps", app("/cv/moving", image,
                                         constraints=[["hostname", "IS", "k80-node"]])).status == 201
-        task = wait_for(lambda: running(api, "/cv/moving", 1), timeout=120)[0]
+        task = wait_until(lambda: running(api, "/cv/moving", 1), timeout=120)[0]
     finally:
         scheduler._call = original
     attempt = scheduler.task(task["id"]).mesos_task_id
@@ -312,7 +313,7 @@ def test_apps_wait_while_the_registry_is_killed_or_broken_and_run_once_it_is_bac
         assert api.get("/v2/apps/cv/waits").json["app"]["tasksRunning"] == 0
     finally:
         registry.restart()
-    task = wait_for(lambda: running(api, "/cv/waits", 1), timeout=90)[0]
+    task = wait_until(lambda: running(api, "/cv/waits", 1), timeout=90)[0]
     assert task["imageVariant"]["digest"] == pushed["generic"].digest
     assert "lastTaskFailure" not in api.get("/v2/apps/cv/waits").json["app"]
     api.delete("/v2/apps/cv/waits")
@@ -329,7 +330,7 @@ def test_apps_wait_while_the_registry_is_killed_or_broken_and_run_once_it_is_bac
     finally:
         link.rmdir()
         link.write_text(digest)
-    wait_for(lambda: running(api, "/cv/broken", 1), timeout=90)
+    wait_until(lambda: running(api, "/cv/broken", 1), timeout=90)
     api.delete("/v2/apps/cv/broken")
 
 
@@ -362,7 +363,7 @@ def test_a_registry_asking_for_credentials(bed, tmp_path):
             api = client_of(service)
             assert api.post("/v2/apps", app("/private/ok", image, constraints=[
                 ["hostname", "IS", "cpu-node"]])).status == 201
-            task = wait_for(lambda: running(api, "/private/ok", 1), timeout=120)[0]
+            task = wait_until(lambda: running(api, "/private/ok", 1), timeout=120)[0]
             assert printed(bed, task) == "skylake512"
             assert task["imageVariant"]["digest"] == pushed["skylake512"].digest
             api.delete("/v2/apps/private/ok")
@@ -411,7 +412,7 @@ def test_a_registry_killed_between_selection_and_launch_holds_the_launch_back(be
     finally:
         scheduler._call = original
         registry.restart()
-    task = wait_for(lambda: running(api, "/cv/killed", 1), timeout=90)[0]
+    task = wait_until(lambda: running(api, "/cv/killed", 1), timeout=90)[0]
     assert task["imageVariant"]["digest"] == pushed["skylake512"].digest
     api.delete("/v2/apps/cv/killed")
 
@@ -425,17 +426,17 @@ def test_a_restarted_framework_keeps_its_tasks_variants(bed):
         assert api.post("/v2/apps", app("/cv/again", registry.reference("cv/restart", "1"),
                                         constraints=[["hostname", "IS", "k80-node"]])
                         ).status == 201
-        before = wait_for(lambda: running(api, "/cv/again", 1), timeout=90)[0]
+        before = wait_until(lambda: running(api, "/cv/again", 1), timeout=90)[0]
     finally:
         service.stop()
     service = start_framework(bed, "restart")
     try:
         api = client_of(service)
-        after = wait_for(lambda: running(api, "/cv/again", 1), timeout=60)[0]
+        after = wait_until(lambda: running(api, "/cv/again", 1), timeout=60)[0]
         assert after["id"] == before["id"]
         assert after["imageVariant"] == before["imageVariant"]
         assert after["imageVariant"]["digest"] == pushed["k80"].digest
         api.delete("/v2/apps/cv/again")
-        wait_for(lambda: api.get("/v2/apps/cv/again").status == 404, timeout=60)
+        wait_until(lambda: api.get("/v2/apps/cv/again").status == 404, timeout=60)
     finally:
         service.stop()

@@ -10,7 +10,7 @@ from marathon.models.container import MarathonContainer, MarathonDockerContainer
 
 import pytest
 
-from tests.marathon.conftest import wait_for
+from tests.bed.waiting import wait_until
 
 # marathon-python 0.13 (its last release) still uses collections.Iterable, gone
 # since Python 3.10, when it encodes nested objects; give it the old name back.
@@ -49,7 +49,7 @@ def test_marathon_python_client_round_trip(start_framework, tmp_path):
     assert locked.value.status_code == 409
     scaled = client.scale_app("/vision/train", instances=0, force=True)
     assert set(scaled) == {"version", "deploymentId"}
-    wait_for(lambda: client.list_deployments() == [])
+    wait_until(lambda: client.list_deployments() == [])
     assert client.get_app("/vision/train").instances == 0
 
     restarted = client.restart_app("/vision/train")
@@ -59,7 +59,7 @@ def test_marathon_python_client_round_trip(start_framework, tmp_path):
     with pytest.raises(MarathonHttpError) as invalid:
         client.create_app("/bad", MarathonApp(cmd="x", gpus=-1))
     assert invalid.value.status_code == 422
-    wait_for(lambda: client.list_deployments() == [])
+    wait_until(lambda: client.list_deployments() == [])
     assert "deploymentId" in client.delete_app("/vision/train")
     with pytest.raises(NotFoundError):
         client.get_app("/vision/train")

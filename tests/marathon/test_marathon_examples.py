@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.marathon import app_bed
-from tests.marathon.conftest import wait_for
+from tests.bed.waiting import wait_until
 
 EXAMPLES = Path(__file__).with_name("marathon_examples")
 STAND_INS = ("python:3", "tomcat:8.0")
@@ -98,13 +98,13 @@ def test_each_example_is_accepted_as_written_and_runs(bed, busybox_image, docker
                     if not done:
                         pending.append((name, app_id))
             return not pending or print("waiting for", pending)
-        wait_for(settled, timeout=180, interval=1)
+        wait_until(settled, timeout=180, interval=1)
     finally:
         tap.close()
         for apps in made.values():
             for app_id in apps:
                 bed.api.delete(f"/v2/apps{app_id}?force=true")
-        wait_for(lambda: bed.api.get("/v2/tasks").json["tasks"] == [], timeout=90)
+        wait_until(lambda: bed.api.get("/v2/tasks").json["tasks"] == [], timeout=90)
 
 
 def _uris(name: str) -> list:

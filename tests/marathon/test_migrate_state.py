@@ -12,7 +12,8 @@ import sys
 from kazoo.client import KazooClient
 
 from framework.marathon.service import FrameworkService, add_arguments
-from tests.marathon.conftest import client_of, wait_for
+from tests.marathon.conftest import client_of
+from tests.bed.waiting import wait_until
 from tests.marathon.test_ha_api import AUTH, CREDENTIALS, running
 from tests.marathon.http_client import Client
 
@@ -49,7 +50,7 @@ def test_a_sqlite_state_moves_into_zookeeper_with_its_running_task(
     api = client_of(single)
     assert api.post("/v2/apps", {"id": "/moved/app", "cmd": "sleep 600", "cpus": 0.1,
                                  "mem": 16, "labels": {"team": "vision"}}).status == 201
-    tasks = wait_for(lambda: [t for t in api.get("/v2/apps/moved/app/tasks").json["tasks"]
+    tasks = wait_until(lambda: [t for t in api.get("/v2/apps/moved/app/tasks").json["tasks"]
                               if t["state"] == "TASK_RUNNING"], 60)
     framework_id = single.scheduler.framework_id
     version = api.get("/v2/apps/moved/app").json["app"]["version"]
@@ -70,13 +71,13 @@ def test_a_sqlite_state_moves_into_zookeeper_with_its_running_task(
 
     service = ha_service(cluster.address, zookeeper.url("/fw"))
     try:
-        wait_for(lambda: service.leadership.is_leader() and service.api is not None, 20)
+        wait_until(lambda: service.leadership.is_leader() and service.api is not None, 20)
         assert service.store.framework_id() == framework_id
-        wait_for(lambda: service.scheduler.wait_subscribed(0.1), 30)
+        wait_until(lambda: service.scheduler.wait_subscribed(0.1), 30)
         ha = Client(service.http.url, dict(AUTH))
         app = ha.get("/v2/apps/moved/app").json["app"]
         assert (app["version"], app["labels"]) == (version, {"team": "vision"})
-        moved = wait_for(lambda: running(service, "/moved/app"), 30)
+        moved = wait_until(lambda: running(service, "/moved/app"), 30)
         assert [t["id"] for t in moved] == [t["id"] for t in tasks]
         # instances run on the path now: refused
         busy = migrate(tmp_path / "state", zookeeper.url("/fw"))

@@ -1,7 +1,8 @@
 """Every method + path of Marathon 1.10's published API (the RAML under
 `docs/docs/rest-api/public/api/` at v1.10.26: 57 pairs) answers, none with 404,
 none with 5xx but the 501 that refuses pods and plugin paths by name."""
-from tests.marathon.conftest import client_of, wait_for
+from tests.marathon.conftest import client_of
+from tests.bed.waiting import wait_until
 
 WAITING = {"cmd": "sleep 1000", "cpus": 0.1, "mem": 16, "instances": 1,
            "constraints": [["gpu_type", "IS", "no_such_gpu"]]}
@@ -64,13 +65,13 @@ def test_every_published_method_and_path_answers(start_framework, tmp_path):
 
     for method, path, body in RAML:
         if "{task}" in path or (body and "{task}" in str(body)):
-            task = wait_for(pending_task)
+            task = wait_until(pending_task)
             path = path.replace("{task}", task)
             body = {"ids": [task]} if isinstance(body, dict) and "ids" in body else body
         if "{version}" in path:
             path = path.replace("{version}", api.get("/v2/apps/cov/app").json["app"]["version"])
         if "{deployment}" in path:
-            plans = wait_for(lambda: [p for p in api.get("/v2/deployments").json
+            plans = wait_until(lambda: [p for p in api.get("/v2/deployments").json
                                       if p["affectedApps"] == ["/multi"]])
             path = path.replace("{deployment}", plans[0]["id"])
         reply = api.call(method, path, body)

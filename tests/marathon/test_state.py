@@ -15,7 +15,8 @@ from framework.scheduler import GpuScheduler, SchedulerConfig
 from framework.taskinfo import ExecutorSettings
 from framework.task_record import RECORD_KIND as TASK
 from framework.state_store import StateStore
-from tests.marathon.conftest import client_of, wait_for
+from tests.marathon.conftest import client_of
+from tests.bed.waiting import wait_until
 
 NEVER_PLACED = [["gpu_type", "IS", "no_such_gpu"]]
 
@@ -27,8 +28,8 @@ def test_restart_serves_the_same_apps_deployments_and_framework_id(start_framewo
     assert api.post("/v2/apps", {"id": "/queued", "cmd": "sleep 100", "cpus": 0.1, "mem": 16,
                                  "gpus": 1, "constraints": NEVER_PLACED}).status == 201
     assert api.post("/v2/apps", {"id": "/idle", "cmd": "true", "instances": 0}).status == 201
-    wait_for(lambda: api.get("/v2/queue").json["queue"])
-    wait_for(lambda: len(api.get("/v2/deployments").json) == 1)     # /idle's is done
+    wait_until(lambda: api.get("/v2/queue").json["queue"])
+    wait_until(lambda: len(api.get("/v2/deployments").json) == 1)     # /idle's is done
     apps_before = {a["id"]: a for a in api.get("/v2/apps").json["apps"]}
     plans_before = api.get("/v2/deployments").json
     framework_id = first.scheduler.framework_id

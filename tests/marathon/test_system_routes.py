@@ -3,7 +3,8 @@ scheduler registered with a real local Mesos master)."""
 import logging
 import re
 
-from tests.marathon.conftest import client_of, wait_for
+from tests.marathon.conftest import client_of
+from tests.bed.waiting import wait_until
 
 
 def test_leader_is_this_instance_and_abdicating_re_elects_it(start_framework, tmp_path, caplog):
@@ -25,7 +26,7 @@ def test_leader_is_this_instance_and_abdicating_re_elects_it(start_framework, tm
     assert abdicated.status == 200 and abdicated.json == {"message": "Leadership abdicated"}
     # Leadership is given up (the driver fails over), the election is held again and,
     # as the only candidate, this instance leads and subscribes as the same framework.
-    wait_for(lambda: subscriptions() > before, timeout=30)
+    wait_until(lambda: subscriptions() > before, timeout=30)
     lost = [r.getMessage() for r in caplog.records if r.name == "framework.leadership"]
     assert any("abdicating" in m for m in lost) and any("leads again" in m for m in lost), lost
     assert service.scheduler.wait_subscribed(30)
@@ -71,7 +72,7 @@ def test_logging_levels_are_read_and_set_for_a_while(start_framework, tmp_path):
     assert changed.status == 200 and changed.json == {
         "level": "debug", "logger": "framework.marathon.reconciler", "durationSeconds": 1}
     assert api.get("/logging").json["framework.marathon.reconciler"] == "DEBUG"
-    wait_for(lambda: target.level == before, timeout=10)          # the duration is over
+    wait_until(lambda: target.level == before, timeout=10)          # the duration is over
     bad = api.post("/logging", {"level": "loud", "logger": "", "durationSeconds": 0})
     assert bad.status == 422
     assert {d["path"] for d in bad.json["details"]} == {"/level", "/logger", "/durationSeconds"}

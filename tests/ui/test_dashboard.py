@@ -35,7 +35,7 @@ from selenium.webdriver.common.keys import Keys
 
 from tests.bed import REPO
 from tests.bed.browser import Browser
-from tests.marathon.conftest import wait_for
+from tests.bed.waiting import wait_until
 from tests.ui.gpu_bed import QUIET_SECONDS, GpuBed
 
 SCREENSHOTS = Path(os.environ.get("MESOS_GPU_SCREENSHOTS", REPO / "build" / "screenshots"))
@@ -239,7 +239,7 @@ def test_create_scale_kill_and_delete_from_the_page(bed, browser, image):
         1, [["gpu_type", "IS", "tesla_v100"]], "DOCKER")
 
     # -- its task appears, with its GPU, live ---------------------------------------------
-    [task] = wait_for(lambda: running(bed, app_id, 1), timeout=90)
+    [task] = wait_until(lambda: running(bed, app_id, 1), timeout=90)
     assert task["host"] == "v100-node" and task["gpuUuids"][0] in v100
     uuid = task["gpuUuids"][0]
     browser.wait(lambda: task_rows(browser).get(task["id"], ([],))[0] == [uuid], 30,
@@ -256,7 +256,7 @@ def test_create_scale_kill_and_delete_from_the_page(bed, browser, image):
     type_into(browser, "#scale-to", "2")
     click(browser, "#action-scale")
     assert "from 1 to 2 instances" in confirm(browser, "ok")
-    tasks = wait_for(lambda: running(bed, app_id, 2), timeout=90)
+    tasks = wait_until(lambda: running(bed, app_id, 2), timeout=90)
     uuids = {t["gpuUuids"][0] for t in tasks}
     assert len(uuids) == 2 and uuids <= v100
     browser.wait(lambda: sorted(u for shown, _ in task_rows(browser).values() for u in shown)
@@ -274,8 +274,8 @@ def test_create_scale_kill_and_delete_from_the_page(bed, browser, image):
     assert victim in {t["id"] for t in api_tasks(bed, app_id)}
     click(browser, kill)
     confirm(browser, "ok")
-    after = wait_for(lambda: (lambda ts: ts if ts and victim not in {t["id"] for t in ts} else None)(
-        running(bed, app_id, 2)), timeout=90)
+    after = wait_until(lambda: (lambda ts: ts if ts and victim not in {t["id"] for t in ts}
+                                else None)(running(bed, app_id, 2)), timeout=90)
     browser.wait(lambda: set(task_rows(browser)) == {t["id"] for t in after}, 30,
                  "the replacement on the page")
     go(browser, "#/nodes")
@@ -293,8 +293,8 @@ def test_create_scale_kill_and_delete_from_the_page(bed, browser, image):
     click(browser, "#action-delete")
     assert "cannot be undone" in confirm(browser, "ok")
     browser.wait(lambda: driver.execute_script("return location.hash") == "#/apps", 15, "the list")
-    wait_for(lambda: bed.api().get(f"/v2/apps{app_id}").status == 404, timeout=30)
-    wait_for(lambda: bed.nodes["v100-node"].allocated() == [], timeout=60)
+    wait_until(lambda: bed.api().get(f"/v2/apps{app_id}").status == 404, timeout=30)
+    wait_until(lambda: bed.nodes["v100-node"].allocated() == [], timeout=60)
     go(browser, "#/nodes")
     browser.wait(lambda: tiles(browser) and not [t for t in tiles(browser).values()
                                                  if t["state"] == "held"], 30, "all GPUs free")
@@ -369,8 +369,8 @@ def test_keyboard_and_narrow_screens(bed, browser, image):
         "container": {"type": "DOCKER", "docker": {"image": image}}})
     assert created.status == 201, created.json
     try:
-        wait_for(lambda: running(bed, "/ui/keys", 1), timeout=90)
-        wait_for(lambda: bed.api().get("/v2/deployments").json == [])
+        wait_until(lambda: running(bed, "/ui/keys", 1), timeout=90)
+        wait_until(lambda: bed.api().get("/v2/deployments").json == [])
         signed_in(browser, bed, "#/nodes")
         driver = browser.driver
         driver.execute_script("document.activeElement && document.activeElement.blur()")
@@ -403,7 +403,7 @@ def test_keyboard_and_narrow_screens(bed, browser, image):
         driver.switch_to.active_element.send_keys(Keys.TAB)      # Cancel -> Restart
         assert driver.switch_to.active_element.get_attribute("id") == "confirm-ok"
         driver.switch_to.active_element.send_keys(Keys.ENTER)
-        wait_for(lambda: bed.api().get("/v2/apps/ui/keys").json["app"]["version"] != version)
+        wait_until(lambda: bed.api().get("/v2/apps/ui/keys").json["app"]["version"] != version)
         # the create page's tabs follow the arrow keys
         go(browser, "#/create")
         one(browser, "#tab-form").send_keys(Keys.ARROW_RIGHT)
@@ -487,7 +487,7 @@ def test_gpu_health_and_usage_on_the_tiles(bed, browser, image):
     assert created.status == 201, created.json
     v100, k80 = bed.nodes["v100-node"], bed.nodes["k80-node"]
     try:
-        [task] = wait_for(lambda: running(bed, app_id, 1), timeout=90)
+        [task] = wait_until(lambda: running(bed, app_id, 1), timeout=90)
         uuid = task["gpuUuids"][0]
         minor = next(g.minor for g in v100.layout.gpus if g.uuid == uuid)
         holding = next(h for h in v100.containers().values() if h["uuids"] == [uuid])
@@ -528,4 +528,4 @@ def test_gpu_health_and_usage_on_the_tiles(bed, browser, image):
         assert console_errors(browser) == []
     finally:
         bed.api().delete(f"/v2/apps{app_id}?force=true")
-        wait_for(lambda: v100.allocated() == [], timeout=60)
+        wait_until(lambda: v100.allocated() == [], timeout=60)

@@ -5,7 +5,7 @@ the API's credentials only, and after the leader hands over, the new leader
 serves both (its routes are built with its state)."""
 from tests.marathon.http_client import Client
 from tests.marathon.test_ha_api import AUTH, api, instances, leader_of  # noqa: F401 (fixture)
-from tests.marathon.conftest import wait_for
+from tests.bed.waiting import wait_until
 
 
 def test_any_instance_serves_the_dashboard_and_the_next_leader_too(instances):  # noqa: F811
@@ -22,7 +22,7 @@ def test_any_instance_serves_the_dashboard_and_the_next_leader_too(instances):  
     assert api(other).get("/v1/nodes").headers["x-marathon-leader"] == leader.http.url
 
     assert api(other).call("DELETE", "/v2/leader").status == 200     # the leader abdicates
-    wait_for(lambda: other.leadership.is_leader() and other.api is not None, 30, 0.05)
+    wait_until(lambda: other.leadership.is_leader() and other.api is not None, 30, interval=0.05)
     for service in services:
-        assert wait_for(lambda: api(service).get("/v1/nodes").status == 200, 30)
+        assert wait_until(lambda: api(service).get("/v1/nodes").status == 200, 30)
         assert Client(service.http.url).get("/ui/").status == 200

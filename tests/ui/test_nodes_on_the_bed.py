@@ -9,7 +9,8 @@ import pytest
 
 from framework.marathon.service import FrameworkService, default_scheduler_factory
 from localcluster.mesos import Agent, Master
-from tests.marathon.conftest import client_of, framework_args, wait_for
+from tests.marathon.conftest import client_of, framework_args
+from tests.bed.waiting import wait_until
 
 DEAD_AGENT = {"MESOS_AGENT_PING_TIMEOUT": "1secs", "MESOS_MAX_AGENT_PING_TIMEOUTS": "2"}
 ATTRIBUTES = ("gpu_type:tesla_v100;gpu_model:tesla_v100_sxm2_16gb;nvidia_driver:535.54.03;"
@@ -40,7 +41,7 @@ def test_agents_appear_as_offered_and_are_lost_when_they_die(master, tmp_path):
         try:
             assert service.scheduler.wait_subscribed(30)
             api = client_of(service)
-            seen = wait_for(lambda: nodes(api).get("v100-a"))
+            seen = wait_until(lambda: nodes(api).get("v100-a"))
             assert seen["id"] == first.id and seen["state"] == "active"
             assert (seen["gpuType"], seen["nvidiaDriver"], seen["cudaDriver"]) == (
                 "tesla_v100", "535.54.03", "12.2")
@@ -48,14 +49,14 @@ def test_agents_appear_as_offered_and_are_lost_when_they_die(master, tmp_path):
             assert [t["state"] for t in seen["gpus"]] == ["free"] * 8
             # idle: offers are suppressed now; an agent that registers meanwhile
             # is seen at the next refresh
-            wait_for(lambda: service.scheduler._suppressed, timeout=10)
+            wait_until(lambda: service.scheduler._suppressed, timeout=10)
             with Agent(master, "cpus:2;mem:1024;gpus:2", "gpu_type:tesla_k80",
                        hostname="k80-b") as second:
-                late = wait_for(lambda: nodes(api).get("k80-b"), timeout=15)
+                late = wait_until(lambda: nodes(api).get("k80-b"), timeout=15)
                 assert late["id"] == second.id and late["gpuCount"] == 2
             # stopped: the master stops hearing from it (2 pings of 1 s) and tells us
-            lost = wait_for(lambda: nodes(api)["k80-b"]["state"] == "lost" and nodes(api)["k80-b"],
-                            timeout=30)
+            lost = wait_until(lambda: nodes(api)["k80-b"]["state"] == "lost"
+                              and nodes(api)["k80-b"], timeout=30)
             assert lost["lostAt"] and nodes(api)["v100-a"]["state"] == "active"
         finally:
             service.stop()
