@@ -13,6 +13,7 @@ import threading
 
 import pytest
 
+from common.errors import UserError
 from framework.marathon.service import FrameworkService, add_arguments
 from tests.marathon.conftest import wait_for
 from tests.marathon.http_client import Client
@@ -35,9 +36,10 @@ def ha_args(master: str, zk_url: str, *extra: str) -> argparse.Namespace:
 def instances(cluster, zookeeper):
     started = []
 
-    def start(count: int):
+    def start(count: int, *extra: str):
         for _ in range(count):
-            started.append(FrameworkService(ha_args(cluster.address, zookeeper.url("/fw"))).start())
+            started.append(FrameworkService(ha_args(cluster.address, zookeeper.url("/fw"),
+                                                    *extra)).start())
         return started
     yield start
     for service in started:
@@ -217,3 +219,38 @@ def test_zookeeper_sigkilled_and_restarted_leaves_one_leader_and_the_state(
                                            "cpus": 0.1, "mem": 16, "instances": 0})
     assert written.status == 201, written.json
     assert api(back).delete("/v2/apps/zk-crash").status == 200
+
+
+def test_every_instance_registers_the_framework_with_the_same_failover_timeout(
+        instances, zookeeper, cluster):
+    services = instances(1, "--failover_timeout", "4321")
+    first = leader_of(services)
+    framework_id = wait_for(lambda: first.scheduler.framework_id, 20)
+
+    def master_says():
+        frameworks = [f for f in cluster.state()["frameworks"] if f["id"] == framework_id]
+        return frameworks[0]["failover_timeout"] if frameworks and frameworks[0]["active"] \
+            else None
+    assert wait_for(master_says, 20) == 4321
+    assert api(first).get("/v2/info").json["marathon_config"]["failover_timeout"] == 4321
+    # a second instance with another value is refused while the first leads: it
+    # would re-register the framework with its own when it takes over
+    with pytest.raises(UserError) as refused:
+        FrameworkService(ha_args(cluster.address, zookeeper.url("/fw"),
+                                 "--failover_timeout", "60"))
+    assert "--failover_timeout 60" in str(refused.value) and "4321 s" in str(refused.value)
+    instances(1, "--failover_timeout", "4321")
+    second = next(s for s in services if s is not first)
+    assert api(second).delete("/v2/leader").status == 200
+    assert leader_of([second], timeout=30) is second
+    wait_for(lambda: second.scheduler.wait_subscribed(0.1), 30)
+    assert second.store.framework_id() == framework_id
+    assert wait_for(master_says, 20) == 4321
+    # changed as the refusal says: all instances stopped, then started with the new one
+    for service in list(services):
+        service.stop()
+        services.remove(service)
+    third = leader_of(instances(1, "--failover_timeout", "600"))
+    wait_for(lambda: third.scheduler.wait_subscribed(0.1), 30)
+    assert third.store.framework_id() == framework_id
+    assert wait_for(lambda: master_says() == 600 or None, 20)
