@@ -18,7 +18,7 @@ Names in Marathon's manner (dotted, then the type, then the unit), under
 """
 import threading
 import time
-from typing import Any, Dict, Mapping
+from typing import Any, Callable, Dict, Mapping, Optional
 
 from framework import taskinfo
 from framework.marathon.metrics import Metrics
@@ -64,15 +64,24 @@ class LaunchClock:
             self.metrics.count(f"{PREFIX}.tasks.gpu_faults.counter")
 
 
-def register(metrics: Metrics, scheduler: Any) -> None:
-    """The scheduler's gauges and counters (a scheduler stand-in without them: none)."""
+def register(metrics: Metrics, scheduler: Any,
+             current: Optional[Callable[[], Any]] = None) -> None:
+    """The scheduler's gauges and counters (a scheduler stand-in without them: none).
+    `current()` gives the scheduler in charge now: while it is not this one (an
+    instance that stepped down), the gauges read 0 instead of what this one last
+    knew; the counters go on."""
     if not hasattr(scheduler, "on_update"):
         return
+
+    def in_charge() -> bool:
+        return current is None or current() is scheduler
 
     counted = {"at": -1.0, "counts": {}}
 
     def by_state() -> Dict[str, int]:
         """Counted once for all the state gauges of one read of the metrics."""
+        if not in_charge():
+            return {}
         if time.monotonic() - counted["at"] > 0.5:
             counts = dict.fromkeys(STATES, 0)
             for record in scheduler.tasks():
@@ -80,12 +89,14 @@ def register(metrics: Metrics, scheduler: Any) -> None:
             counted["at"], counted["counts"] = time.monotonic(), counts
         return counted["counts"]
 
+    def gauge(name: str, read: Callable[[], float]) -> None:
+        metrics.gauge(name, lambda: read() if in_charge() else 0)
+
     for state in STATES:
         metrics.gauge(f"{PREFIX}.tasks.{state_name(state)}.gauge",
                       lambda state=state: by_state().get(state, 0))
     if hasattr(scheduler, "offers_seen"):
-        metrics.gauge(f"{PREFIX}.offers.received.gauge",
-                      lambda: sum(scheduler.offers_seen().values()))
+        gauge(f"{PREFIX}.offers.received.gauge", lambda: sum(scheduler.offers_seen().values()))
     clock = LaunchClock(metrics)
     for name in ("tasks.launched", "tasks.health_checks.healthy",
                  "tasks.health_checks.unhealthy", "tasks.gpu_faults"):
@@ -96,10 +107,10 @@ def register(metrics: Metrics, scheduler: Any) -> None:
     view = getattr(scheduler, "gpu_health", None)
     if view is None:
         return
-    metrics.gauge(f"{PREFIX}.agents.gpu_health.reporting.gauge",
-                  lambda: sum(1 for a in view.agents() if a.health and not a.error))
-    metrics.gauge(f"{PREFIX}.agents.gpu_health.unreachable.gauge",
-                  lambda: sum(1 for a in view.agents() if a.error))
-    metrics.gauge(f"{PREFIX}.gpus.unhealthy.gauge", lambda: sum(
+    gauge(f"{PREFIX}.agents.gpu_health.reporting.gauge",
+          lambda: sum(1 for a in view.agents() if a.health and not a.error))
+    gauge(f"{PREFIX}.agents.gpu_health.unreachable.gauge",
+          lambda: sum(1 for a in view.agents() if a.error))
+    gauge(f"{PREFIX}.gpus.unhealthy.gauge", lambda: sum(
         1 for a in view.agents() if a.health for g in a.health.gpus if not g.healthy))
-    metrics.gauge(f"{PREFIX}.gpus.unusable.gauge", lambda: sum(view.unusable().values()))
+    gauge(f"{PREFIX}.gpus.unusable.gauge", lambda: sum(view.unusable().values()))

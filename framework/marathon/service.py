@@ -283,8 +283,10 @@ class FrameworkService:
         ui.register(self.api.router, NodesView(self.registry, getattr(self.scheduler, "agents", None),
                                                gpu_details(self.api.context.gpu_health)),
                     StaticFiles())
-        # a leader's new scheduler replaces the last one's gauges; counters go on
-        scheduler_metrics.register(self.metrics, self.scheduler)
+        # a leader's new scheduler replaces the last one's gauges; counters go on.
+        # They read self.scheduler, cleared when this instance steps down: one
+        # that does not lead reports no task counts of its past.
+        scheduler_metrics.register(self.metrics, self.scheduler, lambda: self.scheduler)
 
     def _take_leadership(self) -> None:
         if self.ha is not None:

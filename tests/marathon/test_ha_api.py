@@ -143,6 +143,14 @@ def test_any_instance_answers_and_the_leader_hands_over_on_request(instances, cl
         again = wait_for(lambda: running(second, "/ha/sleeper"), 30)
         assert [t["id"] for t in again] == [t["id"] for t in tasks]
         assert not leader.leadership.is_leader() and leader.api is None
+        # the instance that stepped down counts no tasks of its own any more (its
+        # /metrics is its own, not the leader's); the leader counts the one task
+        gauges = api(leader).get("/metrics").json["gauges"]
+        assert gauges["mesos_gpu.tasks.running.gauge"]["value"] == 0
+        assert gauges["mesos_gpu.offers.received.gauge"]["value"] == 0
+        assert gauges["marathon.instances.running.gauge"]["value"] == 0
+        wait_for(lambda: api(second).get("/metrics").json["gauges"]
+                 ["mesos_gpu.tasks.running.gauge"]["value"] == 1, 10, 0.1)
         new_address = second.http.url[len("http://"):]
         wait_for(lambda: api(leader).get("/v2/leader").json == {"leader": new_address}, 10)
         # the old leader forwards now; the stream still on its instance sees new events
