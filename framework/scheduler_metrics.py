@@ -10,8 +10,11 @@ Names in Marathon's manner (dotted, then the type, then the unit), under
 - offers: `mesos_gpu.offers.received.gauge`, every offer since start;
 - launches: `mesos_gpu.tasks.launched.counter` and the time from the launch
   (TASK_STAGING) to TASK_RUNNING, `mesos_gpu.tasks.launch.duration.timer.seconds`;
-- health-check results reported in status updates (`healthy`):
-  `mesos_gpu.tasks.health_checks.healthy.counter` / `.unhealthy.counter`;
+- health-check results, `mesos_gpu.tasks.health_checks.healthy.counter` /
+  `.unhealthy.counter`: those the executors report in status updates
+  (`healthy`, Mesos-level checks) and each result of the framework's own
+  HTTP/HTTPS/TCP checks (framework.marathon.health_monitor; failures within
+  the grace period and ignored 1xx answers are no result, as in Marathon);
 - GPU health (framework.gpu_health): agents reporting and not answering, GPUs
   not healthy, those kept from tasks (free but not healthy), and tasks that failed
   because their GPU went bad (`mesos_gpu.tasks.gpu_faults.counter`).
@@ -33,6 +36,12 @@ PREFIX = "mesos_gpu"
 
 def state_name(state: str) -> str:
     return state.lower().removeprefix("task_")
+
+
+def count_health_check(metrics: Metrics, healthy: bool) -> None:
+    """One health-check result, whoever ran the check."""
+    result = "healthy" if healthy else "unhealthy"
+    metrics.count(f"{PREFIX}.tasks.health_checks.{result}.counter")
 
 
 class LaunchClock:
@@ -57,8 +66,7 @@ class LaunchClock:
 
     def status(self, status: Mapping[str, Any]) -> None:
         if "healthy" in status:
-            result = "healthy" if status["healthy"] else "unhealthy"
-            self.metrics.count(f"{PREFIX}.tasks.health_checks.{result}.counter")
+            count_health_check(self.metrics, bool(status["healthy"]))
         labels = (status.get("labels") or {}).get("labels", [])
         if any(label.get("key") == taskinfo.GPU_FAULT_LABEL for label in labels):
             self.metrics.count(f"{PREFIX}.tasks.gpu_faults.counter")

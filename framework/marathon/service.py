@@ -271,7 +271,8 @@ class FrameworkService:
         if supervisor is not None:      # no Mesos call, no (re)subscription unless leading
             supervisor.may_act = self.leadership.is_leader
         self.registry = Registry(self.store, self.events)
-        self.health = HealthMonitor(self.registry)
+        self.health = HealthMonitor(self.registry, on_result=lambda healthy: (
+            scheduler_metrics.count_health_check(self.metrics, healthy)))
         self.readiness = ReadinessMonitor(self.registry)
         self.reconciler = Reconciler(self.registry, self.scheduler, self.leadership.is_leader)
         self.api = MarathonApi(ApiContext.build(self.registry, self.policy, self.info,
