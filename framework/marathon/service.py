@@ -293,11 +293,11 @@ class FrameworkService:
         if self.ha is not None:
             try:
                 self.store.load()
+                self._record_failover_timeout()
             except CorruptNode as e:
                 log.critical("%s", e)
                 self.fatal = str(e)
                 raise
-            self._record_failover_timeout()
             self._build_state_api()
             self.scheduler.start()
             self.reconciler.start()
@@ -312,30 +312,41 @@ class FrameworkService:
         instance registered the framework with: the next leader re-registers
         as the same framework, and Mesos would take its value instead."""
         try:
-            stored = self.store.read(SETTINGS_KIND, FAILOVER_TIMEOUT_KEY)
+            stored = self._stored_failover_timeout(
+                self.store.read(SETTINGS_KIND, FAILOVER_TIMEOUT_KEY))
             leader = self.ha.election.read_leader()
         except (KazooException, KazooTimeoutError) as e:
             raise UserError(f"--zk {self.zk.url}: cannot read the framework's failover timeout: "
                             f"{type(e).__name__} {e}") from e
+        except CorruptNode as e:
+            raise UserError(str(e)) from None
         mine = self.args.failover_timeout
-        if stored is None or leader is None or float(stored["seconds"]) == mine:
+        if stored is None or leader is None or stored == mine:
             return
         raise UserError(f"--failover_timeout {mine:g}: the leading instance {leader} runs the "
-                        f"framework with a failover timeout of {float(stored['seconds']):g} s; "
-                        f"every instance of --zk {self.zk.url} must give the same value (to "
-                        f"change it, stop all instances, then start them with the new one)")
+                        f"framework with a failover timeout of {stored:g} s; every instance of "
+                        f"--zk {self.zk.url} must give the same value (to change it, stop all "
+                        f"instances, then start them with the new one)")
 
     def _record_failover_timeout(self) -> None:
         """The elected leader's failover timeout, stored for the instances that
         start later (_check_failover_timeout)."""
-        stored = self.store.get(SETTINGS_KIND, FAILOVER_TIMEOUT_KEY)
+        stored = self._stored_failover_timeout(self.store.get(SETTINGS_KIND, FAILOVER_TIMEOUT_KEY))
         mine = self.args.failover_timeout
-        if stored is not None and float(stored["seconds"]) == mine:
+        if stored == mine:
             return
         if stored is not None:
             log.warning("the framework's failover timeout changes from %g s to this instance's "
-                        "%g s (--failover_timeout)", float(stored["seconds"]), mine)
+                        "%g s (--failover_timeout)", stored, mine)
         self.store.put(SETTINGS_KIND, FAILOVER_TIMEOUT_KEY, {"seconds": mine})
+
+    def _stored_failover_timeout(self, record: Optional[dict]) -> Optional[float]:
+        seconds = record.get("seconds") if isinstance(record, dict) else record
+        if record is not None and (isinstance(seconds, bool)
+                                   or not isinstance(seconds, (int, float)) or seconds < 0):
+            raise CorruptNode(f"{self.store.path}/records/{SETTINGS_KIND}/{FAILOVER_TIMEOUT_KEY}",
+                              f"it holds no failover timeout ({record!r})")
+        return None if record is None else float(seconds)
 
     def _lose_leadership(self) -> None:
         """Disconnect from Mesos, failing over: the framework and its tasks stay.

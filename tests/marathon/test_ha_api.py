@@ -14,6 +14,7 @@ import threading
 import pytest
 
 from common.errors import UserError
+from framework import zk_codec
 from framework.marathon.service import FrameworkService, add_arguments
 from tests.marathon.conftest import wait_for
 from tests.marathon.http_client import Client
@@ -262,3 +263,10 @@ def test_every_instance_registers_the_framework_with_the_same_failover_timeout(
     wait_for(lambda: third.scheduler.wait_subscribed(0.1), 30)
     assert third.store.framework_id() == framework_id
     assert wait_for(lambda: master_says() == 600 or None, 20)
+    # a stored value that is no number of seconds is named, not guessed at
+    node = "/fw/state/records/framework/failover_timeout"
+    third.ha.client.set(node, zk_codec.encode('{"seconds": "a week"}', 1, 1 << 20))
+    with pytest.raises(UserError) as corrupt:
+        FrameworkService(ha_args(cluster.address, zookeeper.url("/fw"),
+                                 "--failover_timeout", "600"))
+    assert f"{node} is corrupt: it holds no failover timeout" in str(corrupt.value), corrupt.value
