@@ -112,6 +112,14 @@ class ZooKeeperElection:
                 self._leader_dirty.set()
         return self._leader
 
+    def read_leader(self) -> Optional[str]:
+        """The leading instance's address as ZooKeeper says now, before this
+        instance contends too; None: no leader (no election yet)."""
+        try:
+            return self._read_leader()
+        except NoNodeError:
+            return None
+
     def _read_leader(self) -> Optional[str]:
         """The data of the lowest election node (kazoo's Lock names end in a sequence)."""
         wait = max(1.0, self.heartbeat_interval)

@@ -10,15 +10,18 @@ Names in Marathon's manner (dotted, then the type, then the unit), under
 - offers: `mesos_gpu.offers.received.gauge`, every offer since start;
 - launches: `mesos_gpu.tasks.launched.counter` and the time from the launch
   (TASK_STAGING) to TASK_RUNNING, `mesos_gpu.tasks.launch.duration.timer.seconds`;
-- health-check results reported in status updates (`healthy`):
-  `mesos_gpu.tasks.health_checks.healthy.counter` / `.unhealthy.counter`;
+- health-check results, `mesos_gpu.tasks.health_checks.healthy.counter` /
+  `.unhealthy.counter`: those the executors report in status updates
+  (`healthy`, Mesos-level checks) and each result of the framework's own
+  HTTP/HTTPS/TCP checks (framework.marathon.health_monitor; failures within
+  the grace period and ignored 1xx answers are no result, as in Marathon);
 - GPU health (framework.gpu_health): agents reporting and not answering, GPUs
   not healthy, those kept from tasks (free but not healthy), and tasks that failed
   because their GPU went bad (`mesos_gpu.tasks.gpu_faults.counter`).
 """
 import threading
 import time
-from typing import Any, Dict, Mapping
+from typing import Any, Callable, Dict, Mapping, Optional
 
 from framework import taskinfo
 from framework.marathon.metrics import Metrics
@@ -33,6 +36,12 @@ PREFIX = "mesos_gpu"
 
 def state_name(state: str) -> str:
     return state.lower().removeprefix("task_")
+
+
+def count_health_check(metrics: Metrics, healthy: bool) -> None:
+    """One health-check result, whoever ran the check."""
+    result = "healthy" if healthy else "unhealthy"
+    metrics.count(f"{PREFIX}.tasks.health_checks.{result}.counter")
 
 
 class LaunchClock:
@@ -57,22 +66,30 @@ class LaunchClock:
 
     def status(self, status: Mapping[str, Any]) -> None:
         if "healthy" in status:
-            result = "healthy" if status["healthy"] else "unhealthy"
-            self.metrics.count(f"{PREFIX}.tasks.health_checks.{result}.counter")
+            count_health_check(self.metrics, bool(status["healthy"]))
         labels = (status.get("labels") or {}).get("labels", [])
         if any(label.get("key") == taskinfo.GPU_FAULT_LABEL for label in labels):
             self.metrics.count(f"{PREFIX}.tasks.gpu_faults.counter")
 
 
-def register(metrics: Metrics, scheduler: Any) -> None:
-    """The scheduler's gauges and counters (a scheduler stand-in without them: none)."""
+def register(metrics: Metrics, scheduler: Any,
+             current: Optional[Callable[[], Any]] = None) -> None:
+    """The scheduler's gauges and counters (a scheduler stand-in without them: none).
+    `current()` gives the scheduler in charge now: while it is not this one (an
+    instance that stepped down), the gauges read 0 instead of what this one last
+    knew; the counters go on."""
     if not hasattr(scheduler, "on_update"):
         return
+
+    def in_charge() -> bool:
+        return current is None or current() is scheduler
 
     counted = {"at": -1.0, "counts": {}}
 
     def by_state() -> Dict[str, int]:
         """Counted once for all the state gauges of one read of the metrics."""
+        if not in_charge():
+            return {}
         if time.monotonic() - counted["at"] > 0.5:
             counts = dict.fromkeys(STATES, 0)
             for record in scheduler.tasks():
@@ -80,12 +97,14 @@ def register(metrics: Metrics, scheduler: Any) -> None:
             counted["at"], counted["counts"] = time.monotonic(), counts
         return counted["counts"]
 
+    def gauge(name: str, read: Callable[[], float]) -> None:
+        metrics.gauge(name, lambda: read() if in_charge() else 0)
+
     for state in STATES:
         metrics.gauge(f"{PREFIX}.tasks.{state_name(state)}.gauge",
                       lambda state=state: by_state().get(state, 0))
     if hasattr(scheduler, "offers_seen"):
-        metrics.gauge(f"{PREFIX}.offers.received.gauge",
-                      lambda: sum(scheduler.offers_seen().values()))
+        gauge(f"{PREFIX}.offers.received.gauge", lambda: sum(scheduler.offers_seen().values()))
     clock = LaunchClock(metrics)
     for name in ("tasks.launched", "tasks.health_checks.healthy",
                  "tasks.health_checks.unhealthy", "tasks.gpu_faults"):
@@ -96,10 +115,10 @@ def register(metrics: Metrics, scheduler: Any) -> None:
     view = getattr(scheduler, "gpu_health", None)
     if view is None:
         return
-    metrics.gauge(f"{PREFIX}.agents.gpu_health.reporting.gauge",
-                  lambda: sum(1 for a in view.agents() if a.health and not a.error))
-    metrics.gauge(f"{PREFIX}.agents.gpu_health.unreachable.gauge",
-                  lambda: sum(1 for a in view.agents() if a.error))
-    metrics.gauge(f"{PREFIX}.gpus.unhealthy.gauge", lambda: sum(
+    gauge(f"{PREFIX}.agents.gpu_health.reporting.gauge",
+          lambda: sum(1 for a in view.agents() if a.health and not a.error))
+    gauge(f"{PREFIX}.agents.gpu_health.unreachable.gauge",
+          lambda: sum(1 for a in view.agents() if a.error))
+    gauge(f"{PREFIX}.gpus.unhealthy.gauge", lambda: sum(
         1 for a in view.agents() if a.health for g in a.health.gpus if not g.healthy))
-    metrics.gauge(f"{PREFIX}.gpus.unusable.gauge", lambda: sum(view.unusable().values()))
+    gauge(f"{PREFIX}.gpus.unusable.gauge", lambda: sum(view.unusable().values()))

@@ -248,6 +248,16 @@ class ZooKeeperStore(NestedTransactions):
             text = self._records.get(kind, {}).get(key)
         return json.loads(text) if text is not None else None
 
+    def read(self, kind: str, key: str) -> Optional[dict]:
+        """One record as ZooKeeper holds it now, loaded or not (an instance
+        that does not lead checking what the leader wrote); None: none."""
+        path = self._record_path((kind, key))
+        try:
+            data, _ = self.client.get(path)
+        except NoNodeError:
+            return None
+        return json.loads(self._decode(path, data)[0])
+
     def delete(self, kind: str, key: str) -> None:
         with self.transaction():
             self._stage((kind, key), None)

@@ -28,7 +28,7 @@ all are alive (`tasksHealthy`); unhealthy when any result is not alive.
 import logging
 import time
 from dataclasses import dataclass, fields
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from framework import probes
 from framework.marathon.check_runner import TICK_SECONDS, CheckRunner
@@ -83,10 +83,12 @@ class Health:
 
 
 class HealthMonitor(CheckRunner):
-    def __init__(self, registry: Registry, clock=time.time) -> None:
+    def __init__(self, registry: Registry, clock=time.time,
+                 on_result: Callable[[bool], None] = lambda alive: None) -> None:
         super().__init__("health", WORKERS)
         self.registry = registry
         self.clock = clock
+        self.on_result = on_result      # each result of this framework's checks (/metrics)
         registry.health = self
         self._results: Dict[str, Dict[int, Health]] = {}
         for task_id, stored in registry.store.items(HEALTH).items():
@@ -263,6 +265,7 @@ class HealthMonitor(CheckRunner):
             limit = check["maxConsecutiveFailures"]
             if limit > 0 and health.consecutive_failures >= limit:
                 self._kill(task, health.consecutive_failures, cause)
+        self.on_result(alive)
         results[index] = health
         if health.alive != was_alive or health.consecutive_failures != was_failures:
             self._write(task.id, results)

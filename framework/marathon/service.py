@@ -45,6 +45,8 @@ from framework.ui.gpu_details import gpu_details
 from framework.ui.nodes import NodesView
 from framework.ui.static_files import StaticFiles
 from framework.zk_codec import CorruptNode
+from kazoo.exceptions import KazooException
+from kazoo.handlers.threading import KazooTimeoutError
 from isolator.api import DEFAULT_SOCKET as DEFAULT_AGENT_SOCKET
 from common import instance_lock
 from common.paths import first_missing
@@ -57,7 +59,11 @@ log = logging.getLogger(__name__)
 
 DEFAULT_STATE_DIR = "/var/lib/mesos-gpu/framework"
 FRAMEWORK_NAME = "marathon-gpu"
-FAILOVER_TIMEOUT = 7 * 24 * 3600.0
+FAILOVER_TIMEOUT = 7 * 24 * 3600.0     # Marathon's --failover_timeout default: one week
+# Mesos keeps the timeout as a Duration of int64 nanoseconds
+MAX_FAILOVER_TIMEOUT = (2 ** 63 - 1) // 10 ** 9
+# the failover timeout the leader of several instances registered with (--zk)
+SETTINGS_KIND, FAILOVER_TIMEOUT_KEY = "framework", "failover_timeout"
 LOCK_NAME = "framework.lock"
 
 
@@ -98,6 +104,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--refuse_seconds", type=float, default=30.0, metavar="SECONDS",
                    help="how long a declined offer is not re-offered (default 30; new work "
                         "revives offers at once)")
+    p.add_argument("--failover_timeout", type=failover_timeout, default=FAILOVER_TIMEOUT,
+                   metavar="SECONDS",
+                   help="how long Mesos keeps the framework's tasks running while no scheduler "
+                        "is connected (a restart, the next leader of --zk taking over); after "
+                        "that Mesos kills them all and forgets the framework. Default "
+                        f"{int(FAILOVER_TIMEOUT)} (one week, as Marathon); 0 kills the tasks "
+                        "as soon as the framework disconnects. With --zk every instance must "
+                        "give the same value (a differing one is refused while another leads)")
     p.add_argument("--framework_name", default=FRAMEWORK_NAME, metavar="NAME", type=non_empty,
                    help=f"framework name registered with Mesos (default {FRAMEWORK_NAME})")
     p.add_argument("--registry", action="append", metavar="HOST[:PORT][,...]",
@@ -115,6 +129,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "an app's GPU_SCHEDULING_BEHAVIOR label overrides it")
     gpu_health.add_arguments(p)
     high_availability.add_arguments(p)
+
+
+def failover_timeout(value: str) -> float:
+    """--failover_timeout: seconds, 0 or more, within what Mesos can hold."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
+    if not 0 <= seconds <= MAX_FAILOVER_TIMEOUT:       # also refuses nan
+        raise argparse.ArgumentTypeError(f"{value} must be 0..{MAX_FAILOVER_TIMEOUT} seconds")
+    return seconds
 
 
 def gpu_scheduling_behavior(value: str) -> str:
@@ -185,6 +210,7 @@ class FrameworkService:
                 self.auth = explicit
                 self.ha = HighAvailability(self.zk, self._address)
                 self.store = self.ha.store
+                self._check_failover_timeout()
                 self.leadership = self.ha.election
                 front = LeaderApi(ApiContext(None, None, None, None, self.policy, self.info,
                                              self.leadership, self.metrics),
@@ -245,7 +271,8 @@ class FrameworkService:
         if supervisor is not None:      # no Mesos call, no (re)subscription unless leading
             supervisor.may_act = self.leadership.is_leader
         self.registry = Registry(self.store, self.events)
-        self.health = HealthMonitor(self.registry)
+        self.health = HealthMonitor(self.registry, on_result=lambda healthy: (
+            scheduler_metrics.count_health_check(self.metrics, healthy)))
         self.readiness = ReadinessMonitor(self.registry)
         self.reconciler = Reconciler(self.registry, self.scheduler, self.leadership.is_leader)
         self.api = MarathonApi(ApiContext.build(self.registry, self.policy, self.info,
@@ -257,13 +284,16 @@ class FrameworkService:
         ui.register(self.api.router, NodesView(self.registry, getattr(self.scheduler, "agents", None),
                                                gpu_details(self.api.context.gpu_health)),
                     StaticFiles())
-        # a leader's new scheduler replaces the last one's gauges; counters go on
-        scheduler_metrics.register(self.metrics, self.scheduler)
+        # a leader's new scheduler replaces the last one's gauges; counters go on.
+        # They read self.scheduler, cleared when this instance steps down: one
+        # that does not lead reports no task counts of its past.
+        scheduler_metrics.register(self.metrics, self.scheduler, lambda: self.scheduler)
 
     def _take_leadership(self) -> None:
         if self.ha is not None:
             try:
                 self.store.load()
+                self._record_failover_timeout()
             except CorruptNode as e:
                 log.critical("%s", e)
                 self.fatal = str(e)
@@ -276,6 +306,47 @@ class FrameworkService:
             return
         if self.scheduler is not None and hasattr(self.scheduler, "start"):
             self.scheduler.start()
+
+    def _check_failover_timeout(self) -> None:
+        """--zk: refuse a --failover_timeout other than the one the leading
+        instance registered the framework with: the next leader re-registers
+        as the same framework, and Mesos would take its value instead."""
+        try:
+            stored = self._stored_failover_timeout(
+                self.store.read(SETTINGS_KIND, FAILOVER_TIMEOUT_KEY))
+            leader = self.ha.election.read_leader()
+        except (KazooException, KazooTimeoutError) as e:
+            raise UserError(f"--zk {self.zk.url}: cannot read the framework's failover timeout: "
+                            f"{type(e).__name__} {e}") from e
+        except CorruptNode as e:
+            raise UserError(str(e)) from None
+        mine = self.args.failover_timeout
+        if stored is None or leader is None or stored == mine:
+            return
+        raise UserError(f"--failover_timeout {mine:g}: the leading instance {leader} runs the "
+                        f"framework with a failover timeout of {stored:g} s; every instance of "
+                        f"--zk {self.zk.url} must give the same value (to change it, stop all "
+                        f"instances, then start them with the new one)")
+
+    def _record_failover_timeout(self) -> None:
+        """The elected leader's failover timeout, stored for the instances that
+        start later (_check_failover_timeout)."""
+        stored = self._stored_failover_timeout(self.store.get(SETTINGS_KIND, FAILOVER_TIMEOUT_KEY))
+        mine = self.args.failover_timeout
+        if stored == mine:
+            return
+        if stored is not None:
+            log.warning("the framework's failover timeout changes from %g s to this instance's "
+                        "%g s (--failover_timeout)", stored, mine)
+        self.store.put(SETTINGS_KIND, FAILOVER_TIMEOUT_KEY, {"seconds": mine})
+
+    def _stored_failover_timeout(self, record: Optional[dict]) -> Optional[float]:
+        seconds = record.get("seconds") if isinstance(record, dict) else record
+        if record is not None and (isinstance(seconds, bool)
+                                   or not isinstance(seconds, (int, float)) or seconds < 0):
+            raise CorruptNode(f"{self.store.path}/records/{SETTINGS_KIND}/{FAILOVER_TIMEOUT_KEY}",
+                              f"it holds no failover timeout ({record!r})")
+        return None if record is None else float(seconds)
 
     def _lose_leadership(self) -> None:
         """Disconnect from Mesos, failing over: the framework and its tasks stay.
@@ -354,7 +425,7 @@ class FrameworkService:
             "marathon_config": {
                 "master": self.args.master, "framework_name": self.args.framework_name,
                 "hostname": host, "features": ["gpu_resources"], "mesos_role": "*",
-                "mesos_user": "root", "failover_timeout": int(FAILOVER_TIMEOUT),
+                "mesos_user": "root", "failover_timeout": int(self.args.failover_timeout),
                 "executor": "//cmd", "local_port_min": 10000, "local_port_max": 20000,
                 "checkpoint": True, "ha": self.zk is not None, "webui_url": None,
             },
@@ -382,7 +453,7 @@ def default_scheduler_factory(args: argparse.Namespace, store: StateStore) -> An
     from framework.scheduler import GpuScheduler, SchedulerConfig
     config = SchedulerConfig(
         master=args.master, name=args.framework_name,
-        gpu_scheduling=args.gpu_scheduling_behavior, failover_timeout=FAILOVER_TIMEOUT,
+        gpu_scheduling=args.gpu_scheduling_behavior, failover_timeout=args.failover_timeout,
         refuse_seconds=args.refuse_seconds,
         executor=taskinfo.ExecutorSettings(agent_socket=args.agent_socket,
                                            docker_host=args.docker_host,

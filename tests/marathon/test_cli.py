@@ -14,7 +14,7 @@ def test_help_explains_every_flag():
     out = run("framework", "--help").stdout
     for flag in ("--master", "--http_address", "--http_port", "--state_dir", "--http_credentials",
                  "--http_token_file", "--http_open", "--allow_docker_parameters", "--max_body_bytes",
-                 "--docker_host", "--refuse_seconds"):
+                 "--docker_host", "--refuse_seconds", "--failover_timeout"):
         assert flag in out
     assert "127.0.0.1" in out
 
@@ -27,6 +27,10 @@ def test_bad_flags_are_one_line_errors(tmp_path):
         (["--http_token_file", str(tmp_path / "missing")], "--http_token_file"),
         (["--max_body_bytes", "10"], "--max_body_bytes"),
         (["--refuse_seconds", "-1"], "--refuse_seconds"),
+        (["--failover_timeout", "-1"], "--failover_timeout"),
+        (["--failover_timeout", "a week"], "--failover_timeout"),
+        (["--failover_timeout", "nan"], "--failover_timeout"),
+        (["--failover_timeout", "1e10"], "--failover_timeout"),
     ]
     for extra, flag in cases:
         result = run("framework", "--master", "127.0.0.1:1", "--state_dir", str(state), *extra)

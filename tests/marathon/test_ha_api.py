@@ -13,6 +13,8 @@ import threading
 
 import pytest
 
+from common.errors import UserError
+from framework import zk_codec
 from framework.marathon.service import FrameworkService, add_arguments
 from tests.bed.waiting import wait_until
 from tests.marathon.http_client import Client
@@ -35,9 +37,10 @@ def ha_args(master: str, zk_url: str, *extra: str) -> argparse.Namespace:
 def instances(cluster, zookeeper):
     started = []
 
-    def start(count: int):
+    def start(count: int, *extra: str):
         for _ in range(count):
-            started.append(FrameworkService(ha_args(cluster.address, zookeeper.url("/fw"))).start())
+            started.append(FrameworkService(ha_args(cluster.address, zookeeper.url("/fw"),
+                                                    *extra)).start())
         return started
     yield start
     for service in started:
@@ -142,6 +145,14 @@ def test_any_instance_answers_and_the_leader_hands_over_on_request(instances, cl
         again = wait_until(lambda: running(second, "/ha/sleeper"), 30)
         assert [t["id"] for t in again] == [t["id"] for t in tasks]
         assert not leader.leadership.is_leader() and leader.api is None
+        # the instance that stepped down counts no tasks of its own any more (its
+        # /metrics is its own, not the leader's); the leader counts the one task
+        gauges = api(leader).get("/metrics").json["gauges"]
+        assert gauges["mesos_gpu.tasks.running.gauge"]["value"] == 0
+        assert gauges["mesos_gpu.offers.received.gauge"]["value"] == 0
+        assert gauges["marathon.instances.running.gauge"]["value"] == 0
+        wait_for(lambda: api(second).get("/metrics").json["gauges"]
+                 ["mesos_gpu.tasks.running.gauge"]["value"] == 1, 10, 0.1)
         new_address = second.http.url[len("http://"):]
         wait_until(lambda: api(leader).get("/v2/leader").json == {"leader": new_address}, 10)
         # the old leader forwards now; the stream still on its instance sees new events
@@ -219,3 +230,45 @@ def test_zookeeper_sigkilled_and_restarted_leaves_one_leader_and_the_state(
                                            "cpus": 0.1, "mem": 16, "instances": 0})
     assert written.status == 201, written.json
     assert api(back).delete("/v2/apps/zk-crash").status == 200
+
+
+def test_every_instance_registers_the_framework_with_the_same_failover_timeout(
+        instances, zookeeper, cluster):
+    services = instances(1, "--failover_timeout", "4321")
+    first = leader_of(services)
+    framework_id = wait_for(lambda: first.scheduler.framework_id, 20)
+
+    def master_says():
+        frameworks = [f for f in cluster.state()["frameworks"] if f["id"] == framework_id]
+        return frameworks[0]["failover_timeout"] if frameworks and frameworks[0]["active"] \
+            else None
+    assert wait_for(master_says, 20) == 4321
+    assert api(first).get("/v2/info").json["marathon_config"]["failover_timeout"] == 4321
+    # a second instance with another value is refused while the first leads: it
+    # would re-register the framework with its own when it takes over
+    with pytest.raises(UserError) as refused:
+        FrameworkService(ha_args(cluster.address, zookeeper.url("/fw"),
+                                 "--failover_timeout", "60"))
+    assert "--failover_timeout 60" in str(refused.value) and "4321 s" in str(refused.value)
+    instances(1, "--failover_timeout", "4321")
+    second = next(s for s in services if s is not first)
+    assert api(second).delete("/v2/leader").status == 200
+    assert leader_of([second], timeout=30) is second
+    wait_for(lambda: second.scheduler.wait_subscribed(0.1), 30)
+    assert second.store.framework_id() == framework_id
+    assert wait_for(master_says, 20) == 4321
+    # changed as the refusal says: all instances stopped, then started with the new one
+    for service in list(services):
+        service.stop()
+        services.remove(service)
+    third = leader_of(instances(1, "--failover_timeout", "600"))
+    wait_for(lambda: third.scheduler.wait_subscribed(0.1), 30)
+    assert third.store.framework_id() == framework_id
+    assert wait_for(lambda: master_says() == 600 or None, 20)
+    # a stored value that is no number of seconds is named, not guessed at
+    node = "/fw/state/records/framework/failover_timeout"
+    third.ha.client.set(node, zk_codec.encode('{"seconds": "a week"}', 1, 1 << 20))
+    with pytest.raises(UserError) as corrupt:
+        FrameworkService(ha_args(cluster.address, zookeeper.url("/fw"),
+                                 "--failover_timeout", "600"))
+    assert f"{node} is corrupt: it holds no failover timeout" in str(corrupt.value), corrupt.value

@@ -44,10 +44,19 @@ def test_the_next_leader_keeps_the_health_and_checks_on(instances):  # noqa: F81
         assert wait_until(lambda: healthy_tasks(second, app_id), 10) == task_ids, app_id
     [http_task] = before["/ha/http"]
     taken_over = framework_last_success(second, http_task)
+    reported = []           # the executors' results (the reconciliation's answers carry them)
+    second.scheduler.on_status(lambda status: "healthy" in status and reported.append(status))
+    counted = health_check_counters(second)
     time.sleep(4)                                       # a few intervals of checks
     for app_id, task_ids in before.items():
         assert healthy_tasks(second, app_id) == task_ids, app_id
     assert framework_last_success(second, http_task) > taken_over     # it checks on
+    # its /metrics counts each result of its own HTTP check too (1 s apart)
+    healthy, unhealthy = (now - then for now, then in zip(health_check_counters(second), counted))
+    assert unhealthy == 0 and all(status["healthy"] for status in reported), reported
+    print(f"{healthy - len(reported)} results of the framework's check counted, "
+          f"{len(reported)} of the executor's")
+    assert healthy - len(reported) >= 2, (healthy, reported)
     assert leader.health is None                        # the old leader stopped checking
 
 
@@ -55,3 +64,9 @@ def framework_last_success(service, task_id: str) -> float:
     with service.registry.lock:
         [health] = service.health.results(service.registry.tasks[task_id])
         return health.last_success
+
+
+def health_check_counters(service):
+    counters = api(service).get("/metrics").json["counters"]
+    return tuple(counters[f"mesos_gpu.tasks.health_checks.{result}.counter"]["count"]
+                 for result in ("healthy", "unhealthy"))

@@ -11,12 +11,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from framework import scheduler_metrics
 from framework.executor.health import HealthChecker
 from framework.health_check import HealthCheck
 from framework.marathon.events import EventBus
 from framework.marathon.health_monitor import HealthMonitor
+from framework.marathon.metrics import Metrics
 from framework.marathon.registry import Registry
 from framework.ports import PortRequest
+from framework.scheduler_metrics import LaunchClock
 from framework.state_store import StateStore
 from framework.task_record import RUNNING, TaskRecord
 from framework.task_spec import TaskSpec
@@ -150,3 +153,49 @@ def _checked(port: int, path: str, until) -> tuple:
     finally:
         checker.stop()
     return changes, kills
+
+
+def test_each_result_of_the_frameworks_own_checks_is_counted_in_the_metrics(tmp_path, answering):
+    """mesos_gpu.tasks.health_checks.{healthy,unhealthy}.counter count the
+    framework's HTTP/HTTPS/TCP results as the service wires them, once per
+    result; a failure within the grace period and an ignored 1xx are no result."""
+    port, state = answering
+    metrics = Metrics()
+    store = StateStore(tmp_path)
+    registry = Registry(store, EventBus())
+    monitor = HealthMonitor(registry, on_result=lambda healthy: (
+        scheduler_metrics.count_health_check(metrics, healthy)))
+
+    def counted():
+        return tuple(metrics.counters.get(f"mesos_gpu.tasks.health_checks.{result}.counter", 0)
+                     for result in ("healthy", "unhealthy"))
+
+    try:
+        task = task_on(port)
+        task.started_at = time.time()
+        registry.tasks[task.id] = task
+        http = dict(CHECK, protocol="HTTP", maxConsecutiveFailures=0, gracePeriodSeconds=300)
+        state["status"] = b"500 Internal Server Error"
+        monitor._check(task, 0, http)                           # in its grace period
+        assert counted() == (0, 0)
+        state["status"] = b"200 OK"
+        monitor._check(task, 0, http)
+        monitor._check(task, 0, http)
+        assert counted() == (2, 0)
+        state["status"] = b"503 Service Unavailable"            # after a success: no grace
+        monitor._check(task, 0, http)
+        assert counted() == (2, 1)
+        state["status"] = b"101 Switching Protocols"
+        monitor._check(task, 0, dict(http, ignoreHttp1xx=True))
+        assert counted() == (2, 1)
+        monitor._check(task, 0, dict(http, protocol="TCP"))
+        with socket.socket() as closed:
+            closed.bind(("127.0.0.1", 0))
+            nothing = closed.getsockname()[1]
+        monitor._check(task, 0, dict(http, protocol="TCP", port=nothing, gracePeriodSeconds=0))
+        assert counted() == (3, 2)
+        # executor-reported results (status updates' `healthy`) go to the same counters
+        LaunchClock(metrics).status({"task_id": {"value": task.id}, "healthy": False})
+        assert counted() == (3, 3)
+    finally:
+        store.close()

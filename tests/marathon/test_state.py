@@ -21,9 +21,10 @@ from tests.bed.waiting import wait_until
 NEVER_PLACED = [["gpu_type", "IS", "no_such_gpu"]]
 
 
-def test_restart_serves_the_same_apps_deployments_and_framework_id(start_framework, tmp_path):
+def test_restart_serves_the_same_apps_deployments_and_framework_id(start_framework, tmp_path,
+                                                                  cluster):
     state = tmp_path / "state"
-    first = start_framework(state)
+    first = start_framework(state, "--failover_timeout", "3600")
     api = client_of(first)
     assert api.post("/v2/apps", {"id": "/queued", "cmd": "sleep 100", "cpus": 0.1, "mem": 16,
                                  "gpus": 1, "constraints": NEVER_PLACED}).status == 201
@@ -34,11 +35,20 @@ def test_restart_serves_the_same_apps_deployments_and_framework_id(start_framewo
     plans_before = api.get("/v2/deployments").json
     framework_id = first.scheduler.framework_id
     assert framework_id
+
+    def failover_timeout_at_the_master():
+        frameworks = [f for f in cluster.state()["frameworks"]
+                      if f["id"] == framework_id and f["active"]]
+        return frameworks[0]["failover_timeout"] if frameworks else None
+    assert wait_for(failover_timeout_at_the_master) == 3600
+    assert api.get("/v2/info").json["marathon_config"]["failover_timeout"] == 3600
     first.stop()
 
     second = start_framework(state)
     api = client_of(second)
     assert second.scheduler.framework_id == framework_id          # re-registered as itself
+    # without the flag: Marathon's default, one week, re-registered with
+    assert wait_for(lambda: failover_timeout_at_the_master() == 7 * 24 * 3600 or None)
     assert api.get("/v2/info").json["frameworkId"] == framework_id
     apps_after = {a["id"]: a for a in api.get("/v2/apps").json["apps"]}
     assert apps_after.keys() == apps_before.keys()
