@@ -151,8 +151,8 @@ def test_any_instance_answers_and_the_leader_hands_over_on_request(instances, cl
         assert gauges["mesos_gpu.tasks.running.gauge"]["value"] == 0
         assert gauges["mesos_gpu.offers.received.gauge"]["value"] == 0
         assert gauges["marathon.instances.running.gauge"]["value"] == 0
-        wait_for(lambda: api(second).get("/metrics").json["gauges"]
-                 ["mesos_gpu.tasks.running.gauge"]["value"] == 1, 10, 0.1)
+        wait_until(lambda: api(second).get("/metrics").json["gauges"]
+                   ["mesos_gpu.tasks.running.gauge"]["value"] == 1, 10, interval=0.1)
         new_address = second.http.url[len("http://"):]
         wait_until(lambda: api(leader).get("/v2/leader").json == {"leader": new_address}, 10)
         # the old leader forwards now; the stream still on its instance sees new events
@@ -236,13 +236,13 @@ def test_every_instance_registers_the_framework_with_the_same_failover_timeout(
         instances, zookeeper, cluster):
     services = instances(1, "--failover_timeout", "4321")
     first = leader_of(services)
-    framework_id = wait_for(lambda: first.scheduler.framework_id, 20)
+    framework_id = wait_until(lambda: first.scheduler.framework_id, 20)
 
     def master_says():
         frameworks = [f for f in cluster.state()["frameworks"] if f["id"] == framework_id]
         return frameworks[0]["failover_timeout"] if frameworks and frameworks[0]["active"] \
             else None
-    assert wait_for(master_says, 20) == 4321
+    assert wait_until(master_says, 20) == 4321
     assert api(first).get("/v2/info").json["marathon_config"]["failover_timeout"] == 4321
     # a second instance with another value is refused while the first leads: it
     # would re-register the framework with its own when it takes over
@@ -254,17 +254,17 @@ def test_every_instance_registers_the_framework_with_the_same_failover_timeout(
     second = next(s for s in services if s is not first)
     assert api(second).delete("/v2/leader").status == 200
     assert leader_of([second], timeout=30) is second
-    wait_for(lambda: second.scheduler.wait_subscribed(0.1), 30)
+    wait_until(lambda: second.scheduler.wait_subscribed(0.1), 30)
     assert second.store.framework_id() == framework_id
-    assert wait_for(master_says, 20) == 4321
+    assert wait_until(master_says, 20) == 4321
     # changed as the refusal says: all instances stopped, then started with the new one
     for service in list(services):
         service.stop()
         services.remove(service)
     third = leader_of(instances(1, "--failover_timeout", "600"))
-    wait_for(lambda: third.scheduler.wait_subscribed(0.1), 30)
+    wait_until(lambda: third.scheduler.wait_subscribed(0.1), 30)
     assert third.store.framework_id() == framework_id
-    assert wait_for(lambda: master_says() == 600 or None, 20)
+    assert wait_until(lambda: master_says() == 600 or None, 20)
     # a stored value that is no number of seconds is named, not guessed at
     node = "/fw/state/records/framework/failover_timeout"
     third.ha.client.set(node, zk_codec.encode('{"seconds": "a week"}', 1, 1 << 20))

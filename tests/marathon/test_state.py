@@ -40,7 +40,7 @@ def test_restart_serves_the_same_apps_deployments_and_framework_id(start_framewo
         frameworks = [f for f in cluster.state()["frameworks"]
                       if f["id"] == framework_id and f["active"]]
         return frameworks[0]["failover_timeout"] if frameworks else None
-    assert wait_for(failover_timeout_at_the_master) == 3600
+    assert wait_until(failover_timeout_at_the_master) == 3600
     assert api.get("/v2/info").json["marathon_config"]["failover_timeout"] == 3600
     first.stop()
 
@@ -48,7 +48,7 @@ def test_restart_serves_the_same_apps_deployments_and_framework_id(start_framewo
     api = client_of(second)
     assert second.scheduler.framework_id == framework_id          # re-registered as itself
     # without the flag: Marathon's default, one week, re-registered with
-    assert wait_for(lambda: failover_timeout_at_the_master() == 7 * 24 * 3600 or None)
+    assert wait_until(lambda: failover_timeout_at_the_master() == 7 * 24 * 3600 or None)
     assert api.get("/v2/info").json["frameworkId"] == framework_id
     apps_after = {a["id"]: a for a in api.get("/v2/apps").json["apps"]}
     assert apps_after.keys() == apps_before.keys()
