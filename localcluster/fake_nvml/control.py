@@ -10,6 +10,7 @@ the same file: the agent daemon gets the events, `mesos-gpu info` the state.
     control.ecc(0, "dbe")              # a double-bit ECC error (count and event)
     control.lost(3); control.found(3)  # GPU 3 off the bus, and back
     control.fail("nvmlEventSetWait", 999, times=3)   # NVML_ERROR_UNKNOWN three times
+    control.delay("nvmlDeviceGetTemperature", 30)    # every such call answers 30 s late
 
 GPUs are named by NVML index (the order of the layout's gpu lines).
 Each line is one write() with O_APPEND, so concurrent writers never interleave.
@@ -93,12 +94,28 @@ class Control:
         self.line(f"noproc {self._index(index)} {int(pid)}")
 
     # --- NVML itself failing ------------------------------------------------------------------
+    @staticmethod
+    def _function(function: str) -> str:
+        if not function.startswith("nvml") or not function.isidentifier():
+            raise LocalClusterError(f"fake NVML control: not an NVML function name: {function!r}")
+        return function
+
     def fail(self, function: str, code: int = ERROR_UNKNOWN, times: int = 0) -> None:
         """The next `times` calls of `function` (0: all, until heal) return `code`.
         "nvmlEventSetWait" covers nvmlEventSetWait_v2 too."""
-        if not function.startswith("nvml") or not function.isidentifier():
-            raise LocalClusterError(f"fake NVML control: not an NVML function name: {function!r}")
-        self.line(f"fail {function} {int(code)} {int(times)}")
+        self.line(f"fail {self._function(function)} {int(code)} {int(times)}")
+
+    def delay(self, function: str, seconds: float, times: int = 0) -> None:
+        """The next `times` calls of `function` (0: all, until heal) answer only after
+        `seconds`, then normally: a driver in trouble (nvidia-smi hanging for minutes).
+        A delayed call holds no lock of the library: other threads' calls go on."""
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < 1e6:
+            raise LocalClusterError(f"fake NVML control: delay must be seconds > 0, got {seconds!r}")
+        if isinstance(times, bool) or not isinstance(times, int) or times < 0:
+            raise LocalClusterError(f"fake NVML control: times must be >= 0, got {times!r}")
+        self.line(f"delay {self._function(function)} {float(seconds):.3f} {times}")
 
     def heal(self, function: str) -> None:
-        self.line(f"heal {function}")
+        """`function` answers normally again: no injected failure, no delay (a call
+        already waiting still waits out its delay)."""
+        self.line(f"heal {self._function(function)}")

@@ -36,7 +36,10 @@
  *   noproc <i> <pid>              that process is gone from GPU i
  *   fail <function> <code> [<n>]  the next n calls (0: every call until `heal`) of that
  *                                 NVML function return <code>
- *   heal <function>               it answers normally again
+ *   delay <function> <seconds> [<n>]  the next n calls (0: every call until `heal`) of that
+ *                                 NVML function answer only after <seconds> (a driver in
+ *                                 trouble); the wait holds no lock, so other calls go on
+ *   heal <function>               it answers normally again (no failure, no delay)
  * Events are delivered, as by the real library, only to event sets registered
  * before the line was read: a process that starts later sees the state the lines
  * made, not their events. The library is thread-safe (one lock).
@@ -114,6 +117,13 @@ static int cudaVersion;
 static int initCount;
 static struct event_set sets[MAXSETS];
 static struct fault faults[MAXFAULTS];
+
+struct delay {
+    char function[64];
+    double seconds;
+    int remaining;                             /* 0: until healed */
+};
+static struct delay delays[MAXFAULTS];
 
 /* the control file: read up to ctlOffset; a partial last line waits in ctlPartial */
 static int ctlFd = -1;
@@ -244,10 +254,24 @@ static void apply_line(char *line, int control)
                     break;
                 }
         }
+    } else if (control && !strncmp(line, "delay ", 6)) {
+        double seconds;
+        int times = 0;
+        if (sscanf(line + 6, "%63s %lf %d", word, &seconds, &times) >= 2 && seconds >= 0) {
+            for (int k = 0; k < MAXFAULTS; k++)
+                if (!delays[k].function[0] || !strcmp(delays[k].function, word)) {
+                    snprintf(delays[k].function, sizeof delays[k].function, "%s", word);
+                    delays[k].seconds = seconds;
+                    delays[k].remaining = times;
+                    break;
+                }
+        }
     } else if (control && !strncmp(line, "heal ", 5)) {
         if (sscanf(line + 5, "%63s", word) == 1)
-            for (int k = 0; k < MAXFAULTS; k++)
+            for (int k = 0; k < MAXFAULTS; k++) {
                 if (!strcmp(faults[k].function, word)) faults[k].function[0] = 0;
+                if (!strcmp(delays[k].function, word)) delays[k].function[0] = 0;
+            }
     } else if (!strncmp(line, "gpu ", 4) && ngpus < MAXGPU) {
         d = &gpus[ngpus];
         int k = 0;
@@ -326,6 +350,27 @@ static nvmlReturn_t injected(const char *function)
     return NVML_SUCCESS;
 }
 
+/* A delayed call sleeps before it takes the library's lock: one stuck call, as a
+   driver in trouble makes, holds up its own thread only. */
+static void stall(const char *function)
+{
+    double seconds = 0;
+    {
+        LOCKED();
+        sync_control();
+        for (int k = 0; k < MAXFAULTS; k++) {
+            struct delay *d = &delays[k];
+            if (!d->function[0] || !same_function(d->function, function)) continue;
+            seconds = d->seconds;
+            if (d->remaining > 0 && --d->remaining == 0) d->function[0] = 0;
+            break;
+        }
+    }
+    if (seconds <= 0) return;
+    struct timespec pause = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
+    while (nanosleep(&pause, &pause) != 0 && errno == EINTR) {}
+}
+
 static struct timespec configMtime;
 
 static int config_changed(const char *path)
@@ -370,6 +415,7 @@ static nvmlReturn_t load_config(void)
             topo[i][j] = (i == j) ? NVML_TOPOLOGY_INTERNAL : NVML_TOPOLOGY_SYSTEM;
     memset(sets, 0, sizeof sets);
     memset(faults, 0, sizeof faults);
+    memset(delays, 0, sizeof delays);
     char line[1024];
     while (fgets(line, sizeof line, f)) apply_line(line, 0);
     fclose(f);
@@ -382,7 +428,7 @@ static nvmlReturn_t load_config(void)
 }
 
 /* Every entry point: the lock, the control file, an injected failure. */
-#define ENTER() LOCKED(); sync_control(); do { nvmlReturn_t f_ = injected(__func__); if (f_ != NVML_SUCCESS) return f_; } while (0)
+#define ENTER() stall(__func__); LOCKED(); sync_control(); do { nvmlReturn_t f_ = injected(__func__); if (f_ != NVML_SUCCESS) return f_; } while (0)
 #define CHECK_INIT() do { if (initCount <= 0) return NVML_ERROR_UNINITIALIZED; } while (0)
 #define CHECK_DEV(d) do { CHECK_INIT(); if (!(d) || (d) < gpus || (d) >= gpus + ngpus) return NVML_ERROR_INVALID_ARGUMENT; \
                           if ((d)->lost) return NVML_ERROR_GPU_IS_LOST; } while (0)
@@ -398,6 +444,7 @@ static nvmlReturn_t copy_str(char *dst, unsigned int len, const char *src)
 nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
 {
     (void)flags;
+    stall("nvmlInit");
     LOCKED();
     if (initCount == 0) {
         nvmlReturn_t r = load_config();
@@ -796,6 +843,7 @@ static nvmlReturn_t take_event(nvmlEventSet_t set, nvmlEventData_t *data)
 
 nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms)
 {
+    stall("nvmlEventSetWait");
     {
         LOCKED();
         sync_control();
