@@ -17,6 +17,7 @@ import os
 import shutil
 import signal
 import threading
+import time
 from typing import Dict, Optional
 
 from common import instance_lock
@@ -227,8 +228,9 @@ def run(args) -> int:
                 metrics_server.shutdown()
                 metrics_server.server_close()
             extras.close()
+            deadline = time.monotonic() + 5     # one bound for all: a thread may be stuck in NVML
             for t in [keeper, *threads]:
-                t.join(timeout=5)
+                t.join(timeout=max(0.0, deadline - time.monotonic()))
             monitor.close()
             service.close()
         log.info("stopped: %d containers hold %d GPUs (ledger %s)", len(service.holdings),

@@ -33,6 +33,7 @@ from isolator.gpu import Gpu
 from isolator.gpu_health import STATES
 from isolator.ledger import Holding
 from isolator.metrics import Text
+from isolator.health_monitor import STUCK_AFTER
 from isolator.nvml_health import DeviceSample
 
 if TYPE_CHECKING:
@@ -151,6 +152,12 @@ def _health(out: Text, service: "AgentService", gpus: List[Gpu],
     out.family("mesos_gpu_nvml_event_set_restarts_total", "counter",
                "Times the NVML event set was made anew after waits kept failing.",
                [({}, snap.get("event_restarts", 0))])
+    out.family("mesos_gpu_nvml_call_stuck_seconds", "gauge",
+               "How long an NVML call of the health monitor has run, for each call past due "
+               f"by {STUCK_AFTER:g} s or more (a driver in trouble); none while NVML answers.",
+               [({"thread": thread, "function": function,
+                  "minor": "" if minor is None else minor}, seconds)
+                for thread, function, minor, seconds in snap.get("stuck", [])])
     sampled = snap.get("sampled_at", 0.0)
     out.family("mesos_gpu_gpu_sample_age_seconds", "gauge",
                "Age of the GPU figures served (the health monitor's last poll).",

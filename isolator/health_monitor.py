@@ -21,12 +21,19 @@
 
 Every NVML error is counted by function (mesos_gpu_nvml_errors_total); none
 stops a thread. An NVML error is not a GPU fault (except GPU_IS_LOST).
+
+An NVML call that hangs (a driver in trouble) holds up only its own thread: no
+lock of the daemon is held across an NVML call, and the API, /metrics and
+/v1/health read what the last poll left. Past STUCK_AFTER seconds the call is
+named in the monitor's status (/v1/health, `mesos-gpu info`) and in
+mesos_gpu_nvml_call_stuck_seconds; when it answers, a warning says how long it
+took, and polling goes on.
 """
 import logging
 import threading
 import time
 from collections import Counter
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import pynvml
 
@@ -42,6 +49,7 @@ WAIT_MS = 500                 # one nvmlEventSetWait; the thread checks for stop
 RECREATE_AFTER = 5            # failed waits in a row before the event set is made anew
 FIRST_RETRY = 0.1
 MAX_RETRY = 5.0
+STUCK_AFTER = 2.0             # seconds past due: a query answers in ms, a wait in WAIT_MS
 
 
 def conditions(sample: DeviceSample, previous: Optional[DeviceSample]) -> List[Fault]:
@@ -113,6 +121,8 @@ class HealthMonitor:
         self.fault_latency: List[float] = []                # seconds from event to unhealthy
         self._since_us: Dict[int, int] = {}
         self._held = False
+        # thread ("poll"/"events") -> (NVML function, GPU minor or None, monotonic start)
+        self.in_flight: Dict[str, Tuple[str, Optional[int], float]] = {}
 
     # --- threads ---------------------------------------------------------------------------
 
@@ -138,7 +148,18 @@ class HealthMonitor:
                  self.classifier.describe(), self.book.quiet_period)
         return threads
 
+    @property
+    def holds_nvml(self) -> bool:
+        """NVML is initialised for the daemon's life: other threads may call it."""
+        return self._held
+
     def close(self) -> None:
+        stuck = self.stuck()
+        if stuck:
+            # a thread is still in an NVML call that hangs: nvmlShutdown beside it could
+            # hang too, and the process is ending anyway
+            log.warning("GPU health: NVML left initialised: %s", self.stuck_text(stuck))
+            return
         if self._held:
             nvml.let_go()
             self._held = False
@@ -168,7 +189,11 @@ class HealthMonitor:
                     f" (no events from NVML indices {missing})" if missing else "")
                 failures, delay = 0, FIRST_RETRY
             try:
-                event = listener.wait(WAIT_MS)
+                self._calling("events", "nvmlEventSetWait")
+                try:
+                    event = listener.wait(WAIT_MS)
+                finally:
+                    self._calling("events", None)
             except pynvml.NVMLError as e:
                 self._nvml_error("nvmlEventSetWait", e)
                 failures += 1
@@ -186,6 +211,36 @@ class HealthMonitor:
                 self.handle(event)
         if listener is not None:
             listener.close()
+
+    # --- NVML calls that hang ------------------------------------------------------------------
+
+    def _calling(self, thread: str, function: Optional[str], minor: Optional[int] = None) -> None:
+        """`thread` starts `function` (None: its call ended; a late one is logged)."""
+        now = time.monotonic()
+        with self.lock:
+            if function is not None:
+                self.in_flight[thread] = (function, minor, now)
+                return
+            ended = self.in_flight.pop(thread, None)
+        if ended is not None and _overdue(ended[0], now - ended[2]) > STUCK_AFTER:
+            log.warning("GPU health: NVML %s%s answered after %.1f s; the %s thread goes on",
+                        ended[0], f" (GPU {ended[1]})" if ended[1] is not None else "",
+                        now - ended[2], thread)
+
+    def stuck(self) -> List[Tuple[str, str, Optional[int], float]]:
+        """(thread, function, minor, seconds running) of each call past due by STUCK_AFTER."""
+        now = time.monotonic()
+        with self.lock:
+            calls = list(self.in_flight.items())
+        return [(thread, function, minor, round(now - since, 3))
+                for thread, (function, minor, since) in sorted(calls)
+                if _overdue(function, now - since) > STUCK_AFTER]
+
+    def stuck_text(self, stuck: Optional[List[Tuple[str, str, Optional[int], float]]] = None) -> str:
+        return "; ".join(f"NVML {function}{f' (GPU {minor})' if minor is not None else ''} "
+                         f"has not answered the {thread} thread for {seconds:.0f} s"
+                         for thread, function, minor, seconds in
+                         (self.stuck() if stuck is None else stuck))
 
     def _nvml_error(self, function: str, error: Exception) -> None:
         with self.lock:
@@ -234,7 +289,8 @@ class HealthMonitor:
     # --- one poll --------------------------------------------------------------------------------
 
     def _sample(self, gpu: Gpu) -> DeviceSample:
-        sample = nvml_health.sample(gpu.index, since_us=self._since_us.get(gpu.minor, 0))
+        sample = nvml_health.sample(gpu.index, since_us=self._since_us.get(gpu.minor, 0),
+                                    calling=lambda name: self._calling("poll", name, gpu.minor))
         self._since_us[gpu.minor] = int(time.time() * 1e6) - 1_000_000
         for name in sample.errors:
             with self.lock:
@@ -260,10 +316,17 @@ class HealthMonitor:
 
     def snapshot(self) -> Dict:
         """What /metrics and /v1/health read, copied under the lock."""
+        stuck = self.stuck()
+        said = self.stuck_text(stuck)
         with self.lock:
             return {"samples": dict(self.samples), "sampled_at": self.sampled_at,
                     "last_xid": dict(self.last_xid), "xids": Counter(self.xids),
                     "ecc_events": Counter(self.ecc_events),
                     "nvml_errors": Counter(self.nvml_errors), "probes": Counter(self.probes),
-                    "event_restarts": self.event_restarts, "status": self.events_status,
-                    "polls": self.polls}
+                    "event_restarts": self.event_restarts, "polls": self.polls, "stuck": stuck,
+                    "status": self.events_status + (f"; {said}" if said else "")}
+
+
+def _overdue(function: str, seconds: float) -> float:
+    """How long past its due a call has run: a wait is due after its timeout."""
+    return seconds - (WAIT_MS / 1000.0 if function == "nvmlEventSetWait" else 0.0)

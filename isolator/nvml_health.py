@@ -17,7 +17,7 @@ Callers hold NVML initialised (isolator.nvml.hold). NVML indices throughout.
 """
 import ctypes
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import pynvml
 
@@ -120,13 +120,19 @@ class _Lost(Exception):
     pass
 
 
+Calling = Callable[[Optional[str]], None]   # told each NVML function before it runs, None after
+
+
 class _Reader:
     """Calls NVML for one sample: not supported -> None, lost -> _Lost, other errors noted."""
 
-    def __init__(self, sample: DeviceSample) -> None:
+    def __init__(self, sample: DeviceSample, calling: Optional[Calling] = None) -> None:
         self.sample = sample
+        self.calling = calling
 
     def __call__(self, name: str, *args):
+        if self.calling is not None:
+            self.calling(name)
         try:
             return getattr(pynvml, name)(*args)
         except pynvml.NVMLError_GpuIsLost:
@@ -136,6 +142,9 @@ class _Reader:
         except pynvml.NVMLError as e:
             self.sample.errors[name] = str(e)
             return None
+        finally:
+            if self.calling is not None:
+                self.calling(None)
 
 
 ECC_COUNTERS = (("sbe_volatile", pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_VOLATILE_ECC),
@@ -145,10 +154,12 @@ ECC_COUNTERS = (("sbe_volatile", pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml
                  pynvml.NVML_AGGREGATE_ECC))
 
 
-def sample(index: int, with_processes: bool = True, since_us: int = 0) -> DeviceSample:
-    """One GPU's figures now (`since_us`: process utilisation samples newer than this)."""
+def sample(index: int, with_processes: bool = True, since_us: int = 0,
+           calling: Optional[Calling] = None) -> DeviceSample:
+    """One GPU's figures now (`since_us`: process utilisation samples newer than this;
+    `calling`: told each NVML call as it starts and ends, to see one that hangs)."""
     out = DeviceSample(index)
-    read = _Reader(out)
+    read = _Reader(out, calling)
     try:
         handle = read("nvmlDeviceGetHandleByIndex", index)
         if handle is None:

@@ -48,6 +48,7 @@ from isolator.topology import Topology
 
 log = logging.getLogger("mesos-gpu.agent")
 CONTROL_TTL = 1.0
+USAGE_SLOTS = 4           # usage requests in NVML at once: half the API server's workers
 
 
 class AgentService:
@@ -75,6 +76,7 @@ class AgentService:
         self.health = health                      # None: every GPU counts as healthy
         self.kill_on_fault = kill_on_fault
         self.monitor = None                       # the HealthMonitor, when one runs
+        self._usage_slots = threading.BoundedSemaphore(USAGE_SLOTS)
 
     # --- start-up and shutdown -------------------------------------------------------------
 
@@ -398,11 +400,23 @@ class AgentService:
             gpus = [self.gpus[m] for m in h.gpus if m in self.gpus]
         samples = {}
         if gpus:
+            # NVML may hang (a driver in trouble): a few usage requests wait on it, the
+            # next are refused at once, so the workers stay free for the other routes
+            if not self._usage_slots.acquire(blocking=False):
+                raise Unavailable(f"NVML: {USAGE_SLOTS} usage requests are still waiting on "
+                                  f"NVML calls; try later")
             try:
-                with nvml.session(self.nvml_library):
+                if self.monitor is not None and self.monitor.holds_nvml:
+                    # NVML is initialised for the daemon's life: no session, whose lock
+                    # would make each usage wait on another's stuck call
                     samples = {g.index: nvml_health.sample(g.index) for g in gpus}
+                else:
+                    with nvml.session(self.nvml_library):
+                        samples = {g.index: nvml_health.sample(g.index) for g in gpus}
             except nvml.NvmlUnavailable as e:
                 raise Unavailable(f"NVML: {e}") from None
+            finally:
+                self._usage_slots.release()
         return Usage(h.container_id, tuple(gpu_usage(g, samples[g.index], h) for g in gpus))
 
     # --- GPU health -----------------------------------------------------------------------------
