@@ -41,16 +41,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from framework.marathon.events import EventBus  # noqa: E402
-from framework.leadership import SingleInstance  # noqa: E402
-from framework.marathon.api_context import ApiContext  # noqa: E402
-from framework.marathon.http_api import MarathonApi  # noqa: E402
-from framework.marathon.metrics import Metrics  # noqa: E402
-from framework.marathon.reconciler import Reconciler  # noqa: E402
-from framework.marathon.registry import Registry  # noqa: E402
-from framework.marathon.security import Authenticator, DockerPolicy  # noqa: E402
+from in_process_api import InProcessApi  # noqa: E402  (bench/, the script's folder)
+
+from framework.marathon.security import Authenticator  # noqa: E402
 from framework.marathon.server import serve  # noqa: E402
-from framework.state_store import StateStore  # noqa: E402
 from framework.task_record import TaskRecord  # noqa: E402
 from framework.task_spec import TaskSpec  # noqa: E402
 
@@ -240,15 +234,9 @@ def main() -> int:
                         help="apps of the health check deployment rows (0: skip them)")
     args = parser.parse_args()
 
-    with tempfile.TemporaryDirectory() as state_dir:
-        store = StateStore(Path(state_dir))
-        events = EventBus()
-        registry = Registry(store, events)
-        reconciler = Reconciler(registry, None)
-        reconciler.start()       # finishes the (instance-less) deployments as they come
-        context = ApiContext.build(registry, DockerPolicy(), lambda: {},
-                                   SingleInstance(lambda: "127.0.0.1:0"), Metrics())
-        api_server = serve(MarathonApi(context), events, Authenticator())
+    with InProcessApi() as bed:
+        registry = bed.registry
+        api_server = serve(bed.api, bed.events, Authenticator())
         port = api_server.server_address[1]
 
         posts = [("/v2/apps", app_body(i)) for i in range(args.posts)]
@@ -306,8 +294,6 @@ def main() -> int:
         report(f"POST /v2/apps ({args.posts})", post_latencies, floor_posts)
         floor.shutdown()
         api_server.stop()
-        reconciler.stop()
-        store.close()
     if args.health_apps:
         health_deployments(args.health_apps)
     return 0

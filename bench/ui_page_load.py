@@ -34,23 +34,17 @@ import json
 import re
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from in_process_api import InProcessApi  # noqa: E402  (bench/, the script's folder)
+
 from framework.agent_inventory import AgentInventory  # noqa: E402
-from framework.leadership import SingleInstance  # noqa: E402
-from framework.marathon.api_context import ApiContext  # noqa: E402
-from framework.marathon.events import EventBus  # noqa: E402
-from framework.marathon.http_api import MarathonApi  # noqa: E402
-from framework.marathon.metrics import Metrics  # noqa: E402
-from framework.marathon.reconciler import Reconciler  # noqa: E402
 from framework.marathon.registry import Registry  # noqa: E402
-from framework.marathon.security import Authenticator, DockerPolicy  # noqa: E402
+from framework.marathon.security import Authenticator  # noqa: E402
 from framework.marathon.server import serve  # noqa: E402
-from framework.state_store import StateStore  # noqa: E402
 from framework.task_record import TaskRecord  # noqa: E402
 from framework.task_spec import TaskSpec  # noqa: E402
 from framework.ui import routes as ui  # noqa: E402
@@ -252,15 +246,8 @@ def main() -> int:
     parser.add_argument("--browser", action="store_true", help="also load the page in Chromium")
     args = parser.parse_args()
 
-    with tempfile.TemporaryDirectory() as state_dir:
-        store = StateStore(Path(state_dir))
-        events = EventBus()
-        registry = Registry(store, events)
-        reconciler = Reconciler(registry, None)
-        reconciler.start()
-        context = ApiContext.build(registry, DockerPolicy(), lambda: {"name": "marathon"},
-                                   SingleInstance(lambda: "127.0.0.1:0"), Metrics())
-        api = MarathonApi(context)
+    with InProcessApi(lambda: {"name": "marathon"}) as bed:
+        api, events, registry, reconciler = bed.api, bed.events, bed.registry, bed.reconciler
         inventory = AgentInventory()
         ui.register(api.router, NodesView(registry, inventory), StaticFiles())
         server = serve(api, events, Authenticator(CREDENTIALS))
@@ -291,7 +278,6 @@ def main() -> int:
             browser_load(server.url, open_server.url, max(5, args.samples // 6))
             open_server.stop()
         server.stop()
-        store.close()
     return 0
 
 
