@@ -15,6 +15,9 @@ from framework.marathon.service import FrameworkService, add_arguments
 from localcluster.mesos import LocalCluster
 from tests.marathon.http_client import Client
 
+# a constraint no agent meets: the app's instances wait in the queue for ever
+NEVER_PLACED = [["gpu_type", "IS", "no_such_gpu"]]
+
 GPU_AGENT = dict(resources="cpus:8;mem:8192;disk:4096;gpus:4", attributes="gpu_type:tesla_k80")
 
 
@@ -54,3 +57,16 @@ def client_of(service: FrameworkService, anonymous: bool = False, **headers) -> 
         token = base64.b64encode(service.auth.credentials.encode()).decode()
         headers["Authorization"] = f"Basic {token}"
     return Client(service.http.url, headers or None)
+
+
+def app(app_id: str = "/gpu/train", **fields) -> dict:
+    """An app definition with no instances unless `fields` say otherwise."""
+    body = {"id": app_id, "cmd": "sleep 1000", "cpus": 0.1, "mem": 32, "instances": 0}
+    body.update(fields)
+    return body
+
+
+@pytest.fixture
+def api(start_framework, tmp_path) -> Client:
+    """A client of a framework started on a fresh state directory."""
+    return client_of(start_framework(tmp_path / "state"))

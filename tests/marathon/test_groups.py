@@ -2,23 +2,9 @@
 GPU scheduler registered with a real local Mesos master (apps ask for no
 instances or cannot be placed, so no executor is needed; the bed test in
 test_groups_bed.py runs a group's tasks)."""
-import pytest
 
-from tests.marathon.conftest import client_of
+from tests.marathon.conftest import NEVER_PLACED, app, client_of
 from tests.bed.waiting import wait_until
-
-NEVER_PLACED = [["gpu_type", "IS", "no_such_gpu"]]
-
-
-def app(app_id, **fields):
-    body = {"id": app_id, "cmd": "sleep 1000", "cpus": 0.1, "mem": 32, "instances": 0}
-    body.update(fields)
-    return body
-
-
-@pytest.fixture
-def api(start_framework, tmp_path):
-    return client_of(start_framework(tmp_path / "state"))
 
 
 def idle(api):

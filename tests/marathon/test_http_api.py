@@ -7,21 +7,8 @@ import threading
 
 import pytest
 
-from tests.marathon.conftest import client_of
+from tests.marathon.conftest import NEVER_PLACED, app, client_of
 from tests.bed.waiting import wait_until
-
-NEVER_PLACED = [["gpu_type", "IS", "no_such_gpu"]]   # waits in the queue for ever
-
-
-def app(app_id="/gpu/train", **fields):
-    body = {"id": app_id, "cmd": "sleep 1000", "cpus": 0.1, "mem": 32, "instances": 0}
-    body.update(fields)
-    return body
-
-
-@pytest.fixture
-def api(start_framework, tmp_path):
-    return client_of(start_framework(tmp_path / "state"))
 
 
 def test_create_show_list_with_marathon_shapes(api):

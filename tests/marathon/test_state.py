@@ -15,11 +15,8 @@ from framework.scheduler import GpuScheduler, SchedulerConfig
 from framework.taskinfo import ExecutorSettings
 from framework.task_record import RECORD_KIND as TASK
 from framework.state_store import StateStore
-from tests.marathon.conftest import client_of
+from tests.marathon.conftest import NEVER_PLACED, client_of
 from tests.bed.waiting import wait_until
-
-NEVER_PLACED = [["gpu_type", "IS", "no_such_gpu"]]
-
 
 def test_restart_serves_the_same_apps_deployments_and_framework_id(start_framework, tmp_path,
                                                                   cluster):
