@@ -142,6 +142,26 @@ def signal_all(pids: Iterable[int], sig: int) -> None:
             pass
 
 
+def _stopped(pid: int) -> bool:
+    """Every thread of `pid` is in the stopped state (T)."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for tid in tids:
+        stat = _read(f"/proc/{pid}/task/{tid}/stat")
+        if stat and stat[stat.rfind(b")") + 2:][:1] not in (b"T", b"t"):
+            return False
+    return bool(tids)
+
+
+def freeze(pid: int, what: str, timeout: float = 5.0) -> None:
+    """SIGSTOP `pid` and return once all its threads are stopped: kill() only makes
+    the stop pending, and a thread already running may still answer one request."""
+    os.kill(pid, signal.SIGSTOP)
+    wait_until(lambda: _stopped(pid), timeout, f"{what}: SIGSTOP", interval=0.01)
+
+
 def wait_gone(pids: Iterable[int], timeout: float) -> List[int]:
     """Wait until none of `pids` is alive; returns those still alive."""
     pids = list(pids)

@@ -227,7 +227,7 @@ class Registry:
 
     def pause(self) -> None:
         """SIGSTOP: the port stays open and nothing answers (a hung registry)."""
-        self.proc.send_signal(signal.SIGSTOP)
+        processes.freeze(self.proc.pid, f"registry on {self.address}")
 
     def resume(self) -> None:
         self.proc.send_signal(signal.SIGCONT)

@@ -167,7 +167,7 @@ class ZooKeeper:
 
     def pause(self) -> None:
         """SIGSTOP: connections stay open, nothing is answered (a hung server)."""
-        self.proc.send_signal(signal.SIGSTOP)
+        processes.freeze(self.proc.pid, "zookeeper")
         self.paused = True
 
     def resume(self) -> None:

@@ -35,6 +35,9 @@ class Instance:
         return self
 
     def signal(self, sig: int) -> None:
+        if sig == signal.SIGSTOP:
+            processes.freeze(self.proc.pid, f"framework instance {self.proc.pid}")
+            return
         os.kill(self.proc.pid, sig)
         if sig == signal.SIGKILL:
             self.proc.wait()

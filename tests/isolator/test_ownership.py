@@ -18,6 +18,7 @@ from isolator import bpf
 from isolator.api import DOCKER
 from isolator.client import AgentError
 from isolator.docker_devices import docker_options, labels
+from localcluster import processes
 from localcluster.mesos import LocalCluster
 from tests.bed import waiting
 from tests.isolator.conftest import VERSION_MOUNTS, new_prober, only, open_gpus
@@ -182,7 +183,7 @@ def test_drifted_device_rules_are_restored(daemon_factory, probers, dev_dir, cgr
     c.isolate("drift", pid=p.pid)
     assert open_gpus(p, dev_dir) == only(mine)
     path = Path(VERSION_MOUNTS[device_cgroup], cgroups_root, "drift")
-    agent.proc.send_signal(signal.SIGSTOP)            # no repair while we look at the drift
+    processes.freeze(agent.proc.pid, "agent daemon")            # no repair while we look at the drift
     if device_cgroup == "v1":                         # what a systemd daemon-reload may do
         (path / "devices.allow").write_text("a")
     else:                                             # the device program detached
@@ -221,7 +222,7 @@ def test_drift_in_a_docker_containers_devices_is_restored(daemon_factory, docker
             container.id)["State"]["Pid"]
         from isolator.docker_devices import v1_cgroup_of
         cgroup = Path(v1_cgroup_of(VERSION_MOUNTS["v1"], pid))
-        agent.proc.send_signal(signal.SIGSTOP)          # no repair while we look at the drift
+        processes.freeze(agent.proc.pid, "agent daemon")          # no repair while we look at the drift
         (cgroup / "devices.deny").write_text(f"c 195:{mine} rwm")
         assert "Operation not permitted" in opens()             # the drift is real
         agent.proc.send_signal(signal.SIGCONT)

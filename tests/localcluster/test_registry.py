@@ -3,6 +3,7 @@ indexes pushed over its HTTP API come back byte for byte, the private Docker
 engine pulls an entry by digest and runs it, content survives SIGKILL and a
 restart, and htpasswd authentication is really asked for."""
 import json
+import os
 import urllib.error
 import urllib.request
 
@@ -73,3 +74,19 @@ def test_the_docker_engine_pulls_an_entry_by_digest_and_runs_it(docker_engine):
                                     remove=True)
         assert out.decode().split() == ["skylake", "build", "skylake"]
         assert ref in client.images.get(ref).attrs["RepoDigests"]
+
+
+def test_pause_returns_with_every_thread_stopped_and_resume_answers_again():
+    # kill(SIGSTOP) only makes the stop pending: pause() must not return while one of
+    # the registry's Go threads can still answer a request
+    with Registry() as registry:
+        registry.pause()
+        tasks = os.listdir(f"/proc/{registry.proc.pid}/task")
+        assert len(tasks) > 1
+        for tid in tasks:
+            stat = open(f"/proc/{registry.proc.pid}/task/{tid}/stat").read()
+            assert stat[stat.rfind(")") + 2] == "T", stat
+        with pytest.raises(OSError):
+            urllib.request.urlopen(registry.url + "/v2/", timeout=1)
+        registry.resume()
+        urllib.request.urlopen(registry.url + "/v2/", timeout=10).close()
