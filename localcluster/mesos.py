@@ -530,19 +530,11 @@ def _remove_cgroups(root_name: str) -> None:
                 hierarchies.add(left.split()[4])
     for mount in hierarchies:
         top = Path(mount) / root_name
-        if not top.is_dir():
-            continue
-        # A task that left the daemon's process tree is still in its cgroup.
-        stray = [int(pid) for procs in top.rglob("cgroup.procs")
-                 for pid in procs.read_text().split()]
-        processes.signal_all(stray, signal.SIGKILL)
-        processes.wait_gone(stray, 2.0)
-        for path in sorted((p for p in top.rglob("*") if p.is_dir()),
-                           key=lambda p: len(p.parts), reverse=True) + [top]:
-            try:
-                path.rmdir()
-            except OSError as e:
-                log.warning("cannot remove cgroup %s: %s", path, e)
+        try:
+            # a task that left the daemon's process tree is still in its cgroup
+            processes.remove_cgroup_tree(top)
+        except OSError as e:
+            log.warning("cannot remove cgroup %s: %s", top, e)
 
 
 def clean() -> None:

@@ -287,10 +287,15 @@ def wait_until(check: Callable[[], Optional[object]], timeout: float, what: str,
         time.sleep(interval)
 
 def remove_cgroup_tree(path: os.PathLike, timeout: float = 10.0) -> None:
-    """Remove a cgroup and everything below it, killing what runs there."""
+    """Remove a cgroup and everything below it, killing what runs there. A freezer
+    cgroup left FROZEN (a Mesos agent killed while destroying a container freezes
+    it first) is thawed: a frozen process does not die of SIGKILL."""
     path = Path(path)
     if not path.exists():
         return
+    freezer = path / "freezer.state"          # only in the v1 freezer hierarchy
+    if freezer.exists():
+        freezer.write_text("THAWED")
     for child in sorted((p for p in path.iterdir() if p.is_dir()), reverse=True):
         remove_cgroup_tree(child, timeout)
     deadline = time.monotonic() + timeout

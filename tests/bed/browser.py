@@ -10,12 +10,14 @@ import tempfile
 from typing import Callable, Optional
 
 from selenium import webdriver
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.service import Service
 
 from tests.bed.waiting import wait_until
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
+NETWORK_CHANGED = "net::ERR_NETWORK_CHANGED"
 FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--disable-dev-shm-usage", "--disable-extensions", "--hide-scrollbars")
@@ -43,10 +45,24 @@ class Browser:
     def size(self, width: int, height: int) -> None:
         self.driver.set_window_size(width, height)
 
+    def open(self, url: str, attempts: int = 3) -> None:
+        """driver.get, again when Chromium dropped the load because the host's
+        network changed (another test's container got a network interface)."""
+        for attempt in range(attempts):
+            try:
+                self.driver.get(url)
+                return
+            except WebDriverException as e:
+                if NETWORK_CHANGED not in str(e) or attempt == attempts - 1:
+                    raise
+
     def console_errors(self) -> list:
         """Console errors since the last call (a failed request the page
-        expects, such as a 401 before signing in, is filtered by the caller)."""
-        return [e for e in self.driver.get_log("browser") if e["level"] == "SEVERE"]
+        expects, such as a 401 before signing in, is filtered by the caller).
+        A request Chromium cut because the host's network changed is not the
+        page's error: the page's own retry is what the tests wait for."""
+        return [e for e in self.driver.get_log("browser")
+                if e["level"] == "SEVERE" and NETWORK_CHANGED not in e["message"]]
 
     def wait(self, predicate: Callable[[], object], timeout: float = 30.0,
              what: Optional[str] = None):

@@ -18,6 +18,9 @@ from localcluster import fake_nvml
 
 HOST = cgroup_host.detect()
 VERSION_MOUNTS = {"v1": HOST.devices_v1, "v2": HOST.unified}
+# a pid the fake NVML reports for a stranger's process: above the kernel's
+# PID_MAX_LIMIT (2**22), so no live process of this host can have it
+NO_SUCH_PID = 2**22 + 42
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import pytest
 from isolator.api import DOCKER, Grant
 from isolator.client import AgentClient, AgentError
 from localcluster import fake_nvml
-from tests.isolator.conftest import minors_of, new_prober
+from tests.isolator.conftest import NO_SUCH_PID, minors_of, new_prober
 
 
 def _raw(sock_path: str, request: bytes) -> bytes:
@@ -164,7 +164,7 @@ def test_usage_reports_nvml_figures_and_the_containers_processes(daemon_factory,
     lay = fake_nvml.layout("k80")
     lay.name = "k80-busy"
     lay.utilization = {0: (87, 45), 1: (3, 1)}
-    lay.processes = {0: [(p.pid, 3 * 2**30), (424242, 2**30)]}
+    lay.processes = {0: [(p.pid, 3 * 2**30), (NO_SUCH_PID, 2**30)]}
     agent = daemon_factory(lay)
     c = agent.client
     assert minors_of(c.prepare("busy", 1)) == [0]
@@ -175,7 +175,7 @@ def test_usage_reports_nvml_figures_and_the_containers_processes(daemon_factory,
     g = u.gpus[0]
     assert (g.minor, g.gpu_utilization, g.memory_utilization) == (0, 87, 45)
     assert {(x.pid, x.memory_used, x.in_container) for x in g.processes} == {
-        (p.pid, 3 * 2**30, True), (424242, 2**30, False)}
+        (p.pid, 3 * 2**30, True), (NO_SUCH_PID, 2**30, False)}
 
 
 def test_metrics_in_prometheus_text(daemon_factory):

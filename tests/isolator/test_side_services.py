@@ -17,6 +17,7 @@ import pytest
 
 from localcluster import driver_files, fake_nvml
 from tests.bed import waiting
+from tests.isolator.conftest import NO_SUCH_PID
 from tests.volumes.test_builder import mounted_in_another_namespace
 from volumes import builder, cdi, plugin
 
@@ -39,7 +40,7 @@ def k80(driver: str = V) -> fake_nvml.Layout:
     lay = fake_nvml.layout("k80")
     lay.name, lay.driver = f"k80-side-{secrets.token_hex(3)}", driver
     lay.utilization = {0: (37, 12)}
-    lay.processes = {0: [(4242, 512 << 20)]}
+    lay.processes = {0: [(NO_SUCH_PID, 512 << 20)]}
     return lay
 
 
@@ -82,7 +83,7 @@ def test_nvidia_docker_rest_api_and_volume_plugin(daemon_factory, docker_engine,
     s0, s1 = json.loads(body)["Devices"]
     assert set(s0) == STATUS_KEYS
     assert s0["Utilization"] == {"GPU": 37, "Memory": 12, "Encoder": None, "Decoder": None}
-    assert s0["Processes"] == [{"PID": 4242, "Name": "N/A", "MemoryUsed": 512}]
+    assert s0["Processes"] == [{"PID": NO_SUCH_PID, "Name": "N/A", "MemoryUsed": 512}]
     assert s1["Processes"] is None
     assert "    GPU:      37 %" in get(port, "/v1.0/gpu/status")[1].splitlines()
 

@@ -78,13 +78,13 @@ def signed_in(browser, bed, fragment="#/nodes"):
     """Open the page with the API's credentials in the tab's session (the
     sign-in form itself is tested in test_the_page_asks_for_credentials...)."""
     driver = browser.driver
-    driver.get(f"{bed.url}/ui/")
+    browser.open(f"{bed.url}/ui/")
     # the page has decided (signed in from an earlier test, or asking)
     browser.wait(lambda: css(browser, "form.login") or
                  one(browser, "#live").get_attribute("data-state") == "live", 30, "the page")
     token = "Basic " + base64.b64encode(bed.credentials.encode()).decode()
     driver.execute_script("sessionStorage.setItem(arguments[0], arguments[1])", AUTH_KEY, token)
-    driver.get(f"{bed.url}/ui/{fragment}")
+    browser.open(f"{bed.url}/ui/{fragment}")
     driver.refresh()
     wait_live(browser)
     wait_loaded(browser)
@@ -189,7 +189,7 @@ def console_errors(browser):
 # -- tests -----------------------------------------------------------------------------------
 def test_the_page_asks_for_credentials_and_shows_nothing_without(bed, browser):
     driver = browser.driver
-    driver.get(f"{bed.url}/")                            # / leads a browser to the page
+    browser.open(f"{bed.url}/")                            # / leads a browser to the page
     driver.execute_script("sessionStorage.clear()")
     driver.refresh()
     assert driver.current_url == f"{bed.url}/ui/"
@@ -494,7 +494,7 @@ def test_pages_left_hold_no_connection(bed, browser):
     driver = browser.driver
     for n in range(8):
         driver.get("about:blank")
-        driver.get(f"{bed.url}/ui/#/nodes")
+        browser.open(f"{bed.url}/ui/#/nodes")
         wait_loaded(browser)
         wait_live(browser)
         # the page left aborts its stream when hidden; the browser closes it at once

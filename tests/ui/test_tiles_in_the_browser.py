@@ -55,7 +55,7 @@ def api_url(tmp_path):
 def test_tiles_show_holder_health_reason_and_usage(api_url):
     with Browser() as browser:
         driver = browser.driver
-        driver.get(f"{api_url}/ui/#/nodes")
+        browser.open(f"{api_url}/ui/#/nodes")
         browser.wait(lambda: driver.execute_script(
             "return document.querySelectorAll('li.tile').length === 3"), 30, "three tiles")
         shown = {t["uuid"] or "none": t for t in driver.execute_script(
