@@ -133,9 +133,17 @@ class Registry:
         self.run_dir = Path(tempfile.mkdtemp(prefix=processes.RUN_DIR_PREFIX + "registry-"))
         processes.track(self)
         try:
-            self.port = processes.free_port()
-            self._write_config()
-            self._spawn()
+            for attempt in range(5):
+                self.port = processes.free_port()
+                self._write_config()
+                try:
+                    self._spawn()
+                    break
+                except LocalClusterError:
+                    # another process took the port between free_port() and the bind
+                    if attempt == 4 or not self._port_was_taken():
+                        raise
+                    self.proc = None
         except BaseException:
             self.stop()
             raise
@@ -208,6 +216,9 @@ class Registry:
         self.proc = None
         log.info("registry on %s killed (SIGKILL)", self.address)
 
+    def _port_was_taken(self) -> bool:
+        return "address already in use" in self.log_file.read_text(errors="replace").lower()
+
     def restart(self) -> "Registry":
         """Start again after `crash()`, on the same port and storage."""
         if self.proc is not None or self.run_dir is None:
@@ -218,8 +229,7 @@ class Registry:
                 self._spawn()
                 break
             except LocalClusterError:
-                if time.monotonic() > deadline or "address already in use" not in \
-                        self.log_file.read_text(errors="replace").lower():
+                if time.monotonic() > deadline or not self._port_was_taken():
                     raise
                 time.sleep(0.2)             # the old socket may linger a moment
         log.info("registry restarted on %s (pid %d)", self.address, self.proc.pid)

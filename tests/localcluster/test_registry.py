@@ -4,6 +4,7 @@ engine pulls an entry by digest and runs it, content survives SIGKILL and a
 restart, and htpasswd authentication is really asked for."""
 import json
 import os
+import socket
 import urllib.error
 import urllib.request
 
@@ -90,3 +91,22 @@ def test_pause_returns_with_every_thread_stopped_and_resume_answers_again():
             urllib.request.urlopen(registry.url + "/v2/", timeout=1)
         registry.resume()
         urllib.request.urlopen(registry.url + "/v2/", timeout=10).close()
+
+
+def test_a_port_taken_before_the_registry_binds_it_is_given_up_for_another(monkeypatch):
+    # free_port() only says the port was free a moment ago: another process may bind
+    # it before the registry does
+    from localcluster import processes
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    ports = [taken.getsockname()[1]]
+    real = processes.free_port
+    monkeypatch.setattr(processes, "free_port", lambda: ports.pop() if ports else real())
+    try:
+        with Registry() as registry:
+            assert registry.port != taken.getsockname()[1]
+            assert "address already in use" in registry.log_file.read_text().lower()
+            urllib.request.urlopen(registry.url + "/v2/", timeout=10).close()
+    finally:
+        taken.close()
