@@ -159,10 +159,11 @@ class DockerContainer:
         env = dict(os.environ)
         if self.docker_host:
             env["DOCKER_HOST"] = self.docker_host
+        argv = self.create_argv()            # makes the relative volumes' directories
         if self.spec.user and self.sandbox:
-            self._give_sandbox(self.spec.user)
+            self._give_sandbox(self.spec.user)   # them too: the user writes there
         try:
-            result = subprocess.run([cli, "create", *self.create_argv()], env=env,
+            result = subprocess.run([cli, "create", *argv], env=env,
                                     stdin=subprocess.DEVNULL, capture_output=True, text=True,
                                     timeout=CREATE_TIMEOUT)
         except subprocess.TimeoutExpired:

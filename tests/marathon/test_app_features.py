@@ -204,10 +204,11 @@ def test_allowed_docker_options_reach_the_container(bed, image, tmp_path):
     data.mkdir()
     (data / "secret").write_text("from-the-host\n")
     bed.create({"id": "/docker/options", "cpus": 0.1, "mem": 32, "user": "nobody",
-                "cmd": "id -u > uid; cat /data/secret > data; hostname > host; "
-                       "touch /data/x 2> ro || true; exec sleep 600",
+                "cmd": "id -u > uid; cat /data/secret > data; echo x > cache/written; "
+                       "hostname > host; touch /data/x 2> ro || true; exec sleep 600",
                 "container": {"type": "DOCKER", "volumes": [
-                    {"containerPath": "/data", "hostPath": str(data), "mode": "RO"}],
+                    {"containerPath": "/data", "hostPath": str(data), "mode": "RO"},
+                    {"containerPath": "cache", "hostPath": "cache", "mode": "RW"}],
                     "docker": {"image": image, "privileged": True, "parameters": [
                         {"key": "hostname", "value": "gpu-box"},
                         {"key": "label", "value": "team=ml"},
@@ -218,6 +219,9 @@ def test_allowed_docker_options_reach_the_container(bed, image, tmp_path):
         wait_until(lambda: (sandbox / "host").exists())
         assert (sandbox / "uid").read_text().strip() == "65534"
         assert (sandbox / "data").read_text() == "from-the-host\n"
+        # a relative volume's directory is the user's, as the rest of the sandbox
+        assert (sandbox / "cache" / "written").read_text() == "x\n"
+        assert os.stat(sandbox / "cache").st_uid == 65534
         assert (sandbox / "host").read_text().strip() == "gpu-box"
         assert "Read-only" in (sandbox / "ro").read_text()
         container = [c for c in bed.docker_engine.client().containers.list()
