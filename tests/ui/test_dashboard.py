@@ -69,6 +69,19 @@ def css(browser, selector):
     return browser.driver.find_elements(By.CSS_SELECTOR, selector)
 
 
+def focused(browser, attribute="id"):
+    """An attribute of the focused element, read in one step: the page draws
+    regions anew (keeping focus on the same control), so an element fetched
+    first and read after may already be stale."""
+    return browser.driver.execute_script(
+        "const a = document.activeElement; return a && a.getAttribute(arguments[0])", attribute)
+
+
+def press(browser, key):
+    """A key sent to whatever has the focus when it arrives."""
+    ActionChains(browser.driver).send_keys(key).perform()
+
+
 def one(browser, selector, timeout=30):
     return browser.wait(lambda: css(browser, selector) and css(browser, selector)[0],
                         timeout, f"an element {selector!r}")
@@ -198,7 +211,7 @@ def test_the_page_asks_for_credentials_and_shows_nothing_without(bed, browser):
     shown = driver.execute_script(
         "return document.querySelector('main').outerHTML + document.querySelector('header').outerHTML")
     assert "v100-node" not in shown and "k80-node" not in shown and "GPU-" not in shown
-    assert driver.switch_to.active_element.get_attribute("id") == "login-password"
+    assert focused(browser) == "login-password"
     screenshot(browser, "sign-in")
 
     one(browser, "#login-password").send_keys("not-the-password" + Keys.ENTER)
@@ -272,7 +285,7 @@ def test_create_scale_kill_and_delete_from_the_page(bed, browser, image):
     kill = f'button[data-key="kill-{victim}"]'
     click(browser, kill)
     assert victim in confirm(browser, "cancel")
-    assert driver.switch_to.active_element.get_attribute("data-key") == f"kill-{victim}"  # back
+    assert focused(browser, "data-key") == f"kill-{victim}"  # back
     time.sleep(1.5)
     assert victim in {t["id"] for t in api_tasks(bed, app_id)}
     click(browser, kill)
@@ -336,7 +349,7 @@ def test_the_api_s_422_is_shown_beside_what_it_names(bed, browser):
     assert "path element" in one(browser, "#error-id").text
     assert one(browser, "#field-id").get_attribute("aria-invalid") == "true"
     assert one(browser, "#error-image").text == "must not be empty"
-    assert browser.driver.switch_to.active_element.get_attribute("id") == "field-id"
+    assert focused(browser) == "field-id"
 
     # the editor: each problem beside the line of the JSON it names
     one(browser, "#tab-json").click()
@@ -380,8 +393,9 @@ def test_keyboard_and_narrow_screens(bed, browser, image):
         reached = []
         for _ in range(8):                     # Tab walks the header, then the page
             ActionChains(driver).send_keys(Keys.TAB).perform()
-            active = driver.switch_to.active_element
-            reached.append(active.get_attribute("id") or active.text or active.get_attribute("href"))
+            reached.append(driver.execute_script(
+                "const a = document.activeElement;"
+                "return a.id || a.innerText.trim() || a.getAttribute('href')"))
         assert "Skip to content" in reached[0]
         assert "Apps" in reached and "Create app" in reached and "nodes-filter" in reached
         apps_link = next(a for a in css(browser, "#nav a") if a.text == "Apps")
@@ -393,24 +407,23 @@ def test_keyboard_and_narrow_screens(bed, browser, image):
         one(browser, "#action-restart")
         browser.wait(lambda: driver.execute_script("return location.hash") == "#/apps/ui/keys", 10)
         # the confirmation: focus on Cancel, Escape closes it, Enter on OK does it
-        restart = one(browser, "#action-restart")
-        restart.send_keys(Keys.ENTER)
+        one(browser, "#action-restart").send_keys(Keys.ENTER)
         one(browser, "dialog#confirm[open]")
-        assert driver.switch_to.active_element.get_attribute("id") == "confirm-cancel"
-        driver.switch_to.active_element.send_keys(Keys.ESCAPE)
+        assert focused(browser) == "confirm-cancel"
+        press(browser, Keys.ESCAPE)
         browser.wait(lambda: not css(browser, "dialog#confirm[open]"), 10)
-        assert driver.switch_to.active_element == restart
+        assert focused(browser) == "action-restart"           # back where it was
         version = bed.api().get("/v2/apps/ui/keys").json["app"]["version"]
-        restart.send_keys(Keys.ENTER)
+        press(browser, Keys.ENTER)
         one(browser, "dialog#confirm[open]")
-        driver.switch_to.active_element.send_keys(Keys.TAB)      # Cancel -> Restart
-        assert driver.switch_to.active_element.get_attribute("id") == "confirm-ok"
-        driver.switch_to.active_element.send_keys(Keys.ENTER)
+        press(browser, Keys.TAB)                                # Cancel -> Restart
+        assert focused(browser) == "confirm-ok"
+        press(browser, Keys.ENTER)
         wait_until(lambda: bed.api().get("/v2/apps/ui/keys").json["app"]["version"] != version)
         # the create page's tabs follow the arrow keys
         go(browser, "#/create")
         one(browser, "#tab-form").send_keys(Keys.ARROW_RIGHT)
-        assert driver.switch_to.active_element.get_attribute("id") == "tab-json"
+        assert focused(browser) == "tab-json"
         assert one(browser, "#panel-json").is_displayed() and not one(browser, "#panel-form").is_displayed()
 
         for width, height in (DESKTOP, PHONE):
