@@ -123,6 +123,11 @@ def go(browser, fragment):
     wait_loaded(browser, before)
 
 
+def text_of(browser, selector):
+    """An element's text, read again when the page drew it anew meanwhile (stale)."""
+    return browser.wait(lambda: (one(browser, selector).text,), 30, f"the text of {selector!r}")[0]
+
+
 def click(browser, selector):
     """Click it, again if the page drew it anew in between (a live refresh)."""
     browser.wait(lambda: one(browser, selector).click() or True, 30, f"a click on {selector!r}")
@@ -227,8 +232,9 @@ def test_the_page_asks_for_credentials_and_shows_nothing_without(bed, browser):
     field.clear()
     field.send_keys(password + Keys.ENTER)
     browser.wait(lambda: len(css(browser, "section.node")) == 2, 30, "both nodes")
-    assert {n.get_attribute("data-hostname") for n in css(browser, "section.node")} == \
-        {"v100-node", "k80-node"}
+    assert set(browser.driver.execute_script(
+        "return [...document.querySelectorAll('section.node')].map(n => n.dataset.hostname)")) \
+        == {"v100-node", "k80-node"}
     assert not one(browser, "#nav").get_attribute("hidden")
     wait_live(browser)
     assert console_errors(browser) == []
@@ -301,7 +307,7 @@ def test_create_scale_kill_and_delete_from_the_page(bed, browser, image):
     screenshot(browser, "nodes")
     screenshot(browser, "nodes-phone", PHONE)
     go(browser, "#/apps")
-    assert app_id in one(browser, f'tr[data-app="{app_id}"]').text
+    assert app_id in text_of(browser, f'tr[data-app="{app_id}"]')
     screenshot(browser, "apps")
 
     # -- delete: the app goes, every GPU comes back ----------------------------------------
@@ -346,9 +352,9 @@ def test_the_api_s_422_is_shown_beside_what_it_names(bed, browser):
     type_into(browser, "#field-id", "")
     click(browser, "#form-submit")
     browser.wait(lambda: one(browser, "#error-id").is_displayed(), 10, "the id's error")
-    assert "path element" in one(browser, "#error-id").text
+    assert "path element" in text_of(browser, "#error-id")
     assert one(browser, "#field-id").get_attribute("aria-invalid") == "true"
-    assert one(browser, "#error-image").text == "must not be empty"
+    assert text_of(browser, "#error-image") == "must not be empty"
     assert focused(browser) == "field-id"
 
     # the editor: each problem beside the line of the JSON it names
@@ -368,7 +374,7 @@ def test_the_api_s_422_is_shown_beside_what_it_names(bed, browser):
     notes = [n.text for n in css(browser, ".editor .notes div")]     # right of each line
     assert "must be a number" in notes[where["/cpus"] - 1] and "/mem" in notes[where["/mem"] - 1]
     assert {n for n, text in enumerate(notes, 1) if text} == set(where.values())
-    assert "must be a number" in one(browser, '#json-errors li[data-path="/cpus"]').text
+    assert "must be a number" in text_of(browser, '#json-errors li[data-path="/cpus"]')
     screenshot(browser, "create-json-422")
     assert bed.api().get("/v2/apps/ui/bad").status == 404          # nothing was made
 
@@ -448,13 +454,13 @@ def test_a_lost_stream_is_said_and_comes_back(bed, browser, image):
     bed.service.stop()                                       # the framework goes away
     browser.wait(lambda: one(browser, "#live").get_attribute("data-state") == "retrying", 20,
                  "the page to say the stream is lost")
-    assert "lost" in one(browser, "#live").text.lower()
+    assert "lost" in text_of(browser, "#live").lower()
     driver.execute_script("location.hash = '#/nodes'")      # a read while it is gone
     try:
         browser.wait(lambda: "cannot be reached" in one(browser, "#notice").text, 20, "the failed read")
     except AssertionError as e:
         raise AssertionError(f"{e}; the page says: {one(browser, 'body').text[:500]!r}") from None
-    assert "trying again" in one(browser, "#notice").text
+    assert "trying again" in text_of(browser, "#notice")
     driver.execute_script("location.hash = '#/apps'")
     bed.start_framework()                                    # back, same port and state
     created = bed.api().post("/v2/apps", {
@@ -464,7 +470,7 @@ def test_a_lost_stream_is_said_and_comes_back(bed, browser, image):
     try:
         wait_live(browser, timeout=40)
         browser.wait(lambda: css(browser, 'tr[data-app="/ui/after"]'), 30, "the new app, live")
-        assert "back" in one(browser, "#notice").text
+        assert "back" in text_of(browser, "#notice")
         assert driver.execute_script("return window.notReloaded") is True
         # the requests that found no framework are the only errors
         assert [e for e in console_errors(browser)
@@ -549,13 +555,13 @@ def test_gpu_health_and_usage_on_the_tiles(bed, browser, image):
         browser.wait(lambda: (tiles(browser, "k80-node").get(sick.uuid) or {}).get("state")
                      == "unhealthy", 30, "the sick GPU's tile")
         screenshot(browser, "nodes-health")
-        shown = one(browser, f'li.tile[data-uuid="{sick.uuid}"]').text
+        shown = text_of(browser, f'li.tile[data-uuid="{sick.uuid}"]')
         assert "XID 79" in shown and "fallen off the bus" in shown
-        assert "1 unhealthy" in one(browser, "#nodes-summary").text
+        assert "1 unhealthy" in text_of(browser, "#nodes-summary")
         # after the quiet period the daemon's self-check passes: free again, live
         browser.wait(lambda: (tiles(browser, "k80-node").get(sick.uuid) or {}).get("state")
                      == "free", QUIET_SECONDS + 40, "the healed GPU's tile")
-        assert "0 unhealthy" in one(browser, "#nodes-summary").text
+        assert "0 unhealthy" in text_of(browser, "#nodes-summary")
 
         # the K80 node's daemon SIGKILLed: its card says its health is not read
         # (the last report standing), and no more once it runs again
@@ -563,7 +569,7 @@ def test_gpu_health_and_usage_on_the_tiles(bed, browser, image):
         k80.crash()
         try:
             browser.wait(lambda: css(browser, f"{k80_card} .health-error"), 30, "the unread health")
-            assert "GPU health not read" in one(browser, f"{k80_card} .health-error").text
+            assert "GPU health not read" in text_of(browser, f"{k80_card} .health-error")
             assert tiles(browser, "k80-node")[sick.uuid]["state"] == "free"
         finally:
             k80.start()
