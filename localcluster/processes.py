@@ -128,10 +128,15 @@ def members(run_dir: Path) -> List[int]:
     return found
 
 
+def _state(stat_path: str) -> bytes:
+    """The state letter of a /proc stat file (b"" when the process is gone)."""
+    stat = _read(stat_path)
+    return stat[stat.rfind(b")") + 2:][:1]
+
+
 def alive(pid: int) -> bool:
     """Exists and is not a zombie."""
-    stat = _read(f"/proc/{pid}/stat")
-    return bool(stat) and stat[stat.rfind(b")") + 2:][:1] != b"Z"
+    return _state(f"/proc/{pid}/stat") not in (b"", b"Z")
 
 
 def signal_all(pids: Iterable[int], sig: int) -> None:
@@ -148,11 +153,8 @@ def _stopped(pid: int) -> bool:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return False
-    for tid in tids:
-        stat = _read(f"/proc/{pid}/task/{tid}/stat")
-        if stat and stat[stat.rfind(b")") + 2:][:1] not in (b"T", b"t"):
-            return False
-    return bool(tids)
+    return bool(tids) and all(_state(f"/proc/{pid}/task/{tid}/stat") in (b"", b"T", b"t")
+                              for tid in tids)
 
 
 def freeze(pid: int, what: str, timeout: float = 5.0) -> None:
