@@ -133,17 +133,7 @@ class Registry:
         self.run_dir = Path(tempfile.mkdtemp(prefix=processes.RUN_DIR_PREFIX + "registry-"))
         processes.track(self)
         try:
-            for attempt in range(5):
-                self.port = processes.free_port()
-                self._write_config()
-                try:
-                    self._spawn()
-                    break
-                except LocalClusterError:
-                    # another process took the port between free_port() and the bind
-                    if attempt == 4 or not self._port_was_taken():
-                        raise
-                    self.proc = None
+            self._launch(attempts=5, new_port=True)
         except BaseException:
             self.stop()
             raise
@@ -216,22 +206,30 @@ class Registry:
         self.proc = None
         log.info("registry on %s killed (SIGKILL)", self.address)
 
-    def _port_was_taken(self) -> bool:
-        return "address already in use" in self.log_file.read_text(errors="replace").lower()
+    def _launch(self, attempts: int, new_port: bool) -> None:
+        """Spawn until it answers. When the port is taken: a fresh free port
+        (`new_port`: another process bound it between free_port() and the
+        registry), else the same one a moment later (the old socket may linger)."""
+        for attempt in range(attempts):
+            if new_port:
+                self.port = processes.free_port()
+                self._write_config()
+            try:
+                self._spawn()
+                return
+            except LocalClusterError:
+                taken = "address already in use" in \
+                    self.log_file.read_text(errors="replace").lower()
+                if attempt == attempts - 1 or not taken:
+                    raise
+                self.proc = None
+                time.sleep(0 if new_port else 0.2)
 
     def restart(self) -> "Registry":
         """Start again after `crash()`, on the same port and storage."""
         if self.proc is not None or self.run_dir is None:
             raise RegistryError("restart() needs a crash()ed registry")
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                self._spawn()
-                break
-            except LocalClusterError:
-                if time.monotonic() > deadline or not self._port_was_taken():
-                    raise
-                time.sleep(0.2)             # the old socket may linger a moment
+        self._launch(attempts=50, new_port=False)              # 10 s of retries
         log.info("registry restarted on %s (pid %d)", self.address, self.proc.pid)
         return self
 
