@@ -39,6 +39,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Union
 
+from isolator import cgroup_host
 from localcluster import processes
 from localcluster.paths import BUILD_DIR, LocalClusterError
 
@@ -522,13 +523,7 @@ class MasterQuorum(_MasterApi):
 def _remove_cgroups(root_name: str) -> None:
     """rmdir the cgroups Mesos made under `root_name` in every hierarchy (children
     first); they exist only if a test used MESOS_LAUNCHER=linux or cgroups isolators."""
-    hierarchies = set()
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            left, _, right = line.partition(" - ")
-            if right.split()[:1] in (["cgroup"], ["cgroup2"]):
-                hierarchies.add(left.split()[4])
-    for mount in hierarchies:
+    for mount in set(cgroup_host.cgroup_mounts().values()):
         top = Path(mount) / root_name
         try:
             # a task that left the daemon's process tree is still in its cgroup
