@@ -170,7 +170,9 @@ def test_image_needing_a_newer_cuda_fails_before_anything_starts(scheduler, node
                                   cpus=0.1, mem=32, cmd="true"))
         record = wait_for(scheduler, task_id, {"TASK_FAILED", "TASK_FINISHED"})
         assert record.state == "TASK_FAILED"
-        assert "unsupported CUDA version: driver 12.2 < image 99.0" in record.message
+        assert (f"image {image}: unsupported CUDA version: the image needs CUDA 99.0, newer "
+                f"than driver 535.261.03 (CUDA 12.2), and the image has no CUDA "
+                f"forward-compatibility libcuda in /usr/local/cuda/compat") in record.message
     no_gpu_left_held(node, docker_engine)
 
 
