@@ -87,15 +87,20 @@ def compat_files(version: str) -> List[Tuple[str, Path]]:
 def lay_out_compat(root: Path, version: str, cuda_dir: str = CUDA_DIR) -> Path:
     """`usr/local/cuda-X/compat` under `root` with release `version`'s compat files,
     their soname links, and `usr/local/cuda` -> cuda-X. Returns the directory."""
-    compat = root / cuda_dir / "compat"
+    compat = fill_compat(root / cuda_dir / "compat", version)
+    link = root / "usr" / "local" / "cuda"
+    if not link.is_symlink():
+        link.symlink_to(os.path.basename(cuda_dir))
+    return compat
+
+
+def fill_compat(compat: Path, version: str) -> Path:
+    """A compat directory of release `version`: its files and their soname links."""
     compat.mkdir(parents=True, exist_ok=True)
     for name, real in compat_files(version):
         _place(real, compat / name)
         stem = name.split(".so.", 1)[0]
         (compat / f"{stem}.so.1").symlink_to(name)
-    link = root / "usr" / "local" / "cuda"
-    if not link.is_symlink():
-        link.symlink_to(os.path.basename(cuda_dir))
     return compat
 
 
