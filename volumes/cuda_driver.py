@@ -1,20 +1,21 @@
-"""The CUDA driver API through ctypes: only the calls the matmul kernel needs.
+"""The CUDA driver API through ctypes: the calls a GPU check and a small
+workload need (device discovery, a context, memory, loading PTX, launching).
 
-No CUDA toolkit is needed in the image: `libcuda.so.1` comes from the driver
-volume the agent mounts read-only at /usr/local/nvidia, and the driver itself
-JIT-compiles our PTX (with libnvidia-ptxjitcompiler, also in the volume).
+Used by `mesos-gpu check` (isolator/node_check) and by the example workload
+(localcluster/cognitive/glyphnet, whose image carries this file): no CUDA
+toolkit is needed, `libcuda.so.1` comes from the driver volume, and the driver
+itself JIT-compiles the PTX (with libnvidia-ptxjitcompiler, also in the volume).
 Every function is bound with its C signature when the library is opened, so a
-missing symbol fails at once, not in the middle of a launch.
+missing symbol fails at once, not in the middle of a launch. Standard library
+only: the file is copied into images as it is.
 """
 import ctypes
-import os
 from ctypes import POINTER, c_char_p, c_int, c_size_t, c_uint, c_uint64, c_void_p
-from typing import Optional, Tuple
+from typing import Optional, Sequence, Tuple
 
-DRIVER_VOLUME_LIBCUDA = "/usr/local/nvidia/lib64/libcuda.so.1"
 LIBCUDA_SONAME = "libcuda.so.1"
-LIBCUDA_ENV = "GLYPHNET_LIBCUDA"
 CUDA_SUCCESS = 0
+CUDA_ERROR_NO_DEVICE = 100
 
 # Attribute ids from cuda.h (CUdevice_attribute).
 ATTR_COMPUTE_CAPABILITY_MAJOR = 75
@@ -62,21 +63,6 @@ class CudaError(CudaUnavailable):
         self.call, self.code, self.name = call, code, name
 
 
-def library_candidates(explicit: Optional[str] = None) -> Tuple[str, ...]:
-    """Where to look for libcuda, in order.
-
-    An explicit path (flag or $GLYPHNET_LIBCUDA) is the only candidate. Otherwise
-    the driver volume's copy first (the agent mounts it for labelled images),
-    then whatever the dynamic loader finds by soname (a host-filesystem task).
-    """
-    explicit = explicit or os.environ.get(LIBCUDA_ENV)
-    if explicit:
-        return (explicit,)
-    if os.path.exists(DRIVER_VOLUME_LIBCUDA):
-        return (DRIVER_VOLUME_LIBCUDA, LIBCUDA_SONAME)
-    return (LIBCUDA_SONAME,)
-
-
 class Driver:
     """An opened libcuda with its functions bound; `call(name, *args)` raises CudaError."""
 
@@ -90,9 +76,13 @@ class Driver:
             fn.argtypes, fn.restype = argtypes, c_int
 
     @classmethod
-    def open(cls, explicit: Optional[str] = None) -> "Driver":
+    def open(cls, candidates: Sequence[str] = (LIBCUDA_SONAME,)) -> "Driver":
+        """The first of `candidates` (paths, or a soname for the loader's search)
+        that loads and is a CUDA driver."""
+        if isinstance(candidates, str):
+            candidates = (candidates,)
         errors = []
-        for path in library_candidates(explicit):
+        for path in candidates:
             try:
                 return cls(ctypes.CDLL(path), path)
             except OSError as e:
@@ -117,3 +107,21 @@ class Driver:
         v = c_int()
         self.call("cuDriverGetVersion", ctypes.byref(v))
         return f"{v.value // 1000}.{v.value % 1000 // 10}"
+
+    def mapped_path(self) -> Optional[str]:
+        """The file the dynamic loader mapped for this library (/proc/self/maps):
+        which libcuda a soname really gave."""
+        return mapped_library("libcuda.so")
+
+
+def mapped_library(stem: str) -> Optional[str]:
+    """The path of the first mapped file whose name starts with `stem`."""
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line[line.find("/"):].strip() if "/" in line else ""
+                if path.rsplit("/", 1)[-1].startswith(stem):
+                    return path
+    except OSError:
+        return None
+    return None
