@@ -85,6 +85,8 @@ def register(sub) -> None:
     add_cpuinfo_flag(a.add_argument_group("platform flags (flags only)"))
     a.set_defaults(func=cmd_agent)
     cdi_spec.register(sub)
+    from isolator.node_check import run as node_check     # its own package
+    node_check.register(sub)
 
 
 def add_cpuinfo_flag(p) -> None:
