@@ -137,7 +137,7 @@ def bed(rounds: int) -> None:
               f"loader probe; {rounds} rounds, interleaved)")
         print(f"  bare process (start, run, exit)        median {b * 1000:8.1f} ms")
         print(f"  GPU task (prepare, isolate, start,     median {t * 1000:8.1f} ms")
-        print(f"            run, exit, cleanup)")
+        print("            run, exit, cleanup)")
         print(f"    of which prepare + isolate + start   median "
               f"{statistics.median(placed) * 1000:8.1f} ms")
         print(f"  ratio task/bare: {t / b:.2f}   (libcuda in the task: {mapped})")

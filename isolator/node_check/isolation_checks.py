@@ -74,7 +74,8 @@ def check_isolation(node: Node, report: Report) -> None:
         report.add("isolation: other GPUs denied", FAIL, "; ".join(denied))
     else:
         report.add("isolation: other GPUs denied", PASS, f"{len(gpus)} cgroup(s) ({backend}) "
-                   f"each granted one GPU: every other GPU node EPERM")
+                   f"each granted one GPU: " + ("every other GPU node EPERM" if len(gpus) > 1
+                                                else "the node's only GPU (no other to deny)"))
     if usable:
         report.add("isolation: granted GPU usable", FAIL, "; ".join(usable))
     elif skipped:
