@@ -32,7 +32,7 @@ from isolator.api import TaskLabels
 from isolator.discovery.gpu import Gpu
 from isolator.health.gpu_health import STATES
 from isolator.allocation.ledger import Holding
-from isolator.metrics.metrics import Text
+from isolator.metrics.exposition import Text
 from isolator.health.health_monitor import STUCK_AFTER
 from isolator.health.nvml_health import DeviceSample
 

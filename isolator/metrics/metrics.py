@@ -6,7 +6,10 @@ API latency here; per-GPU figures in DCGM exporter's names, GPU health and
 per-task GPU usage in gpu_metrics.py.
 """
 import threading
-from typing import TYPE_CHECKING, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional
+
+from isolator.metrics import gpu_metrics
+from isolator.metrics.exposition import Text
 
 if TYPE_CHECKING:
     from isolator.daemon.service import AgentService
@@ -42,48 +45,7 @@ class Histograms:
             yield "_count", {"route": route}, int(row[-1])
 
 
-def _label(value: object) -> str:
-    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _number(value: object) -> str:
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    if isinstance(value, float):
-        return repr(value) if value == value else "NaN"
-    return str(value)
-
-
-Sample = Tuple[Mapping[str, object], object]
-
-
-class Text:
-    """Prometheus text exposition, one family at a time."""
-
-    def __init__(self) -> None:
-        self.lines: List[str] = []
-
-    def family(self, name: str, kind: str, help_text: str, samples: Iterable[Sample],
-               suffix_samples: Optional[Iterable[Tuple[str, Mapping[str, object], object]]] = None
-               ) -> None:
-        self.lines.append(f"# HELP {name} {help_text}")
-        self.lines.append(f"# TYPE {name} {kind}")
-        for labels, value in samples:
-            self.sample(name, labels, value)
-        for suffix, labels, value in suffix_samples or ():
-            self.sample(name + suffix, labels, value)
-
-    def sample(self, name: str, labels: Mapping[str, object], value: object) -> None:
-        text = ",".join(f'{k}="{_label(v)}"' for k, v in labels.items())
-        self.lines.append(f"{name}{{{text}}} {_number(value)}" if text
-                          else f"{name} {_number(value)}")
-
-    def render(self) -> str:
-        return "\n".join(self.lines) + "\n"
-
-
 def render(service: "AgentService", latency: Optional[Histograms] = None) -> str:
-    from isolator.metrics import gpu_metrics
     info = service.info()
     out = Text()
     allocation(out, info)
