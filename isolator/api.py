@@ -62,12 +62,24 @@ def check_gpu_count(value: object, name: str = "gpus") -> int:
         raise BadRequest(f"'{name}' must be a non-negative integer, got {value!r}")
     if isinstance(value, float):
         if not value.is_integer():
-            raise BadRequest(f"'{name}' must be a non-negative integer: GPUs are not "
-                             f"shared, {value} is fractional")
+            raise BadRequest(f"'{name}' must be a non-negative integer: {value} is "
+                             "fractional (a share of a shared GPU is asked with 'share')")
         value = int(value)
     if value < 0:
         raise BadRequest(f"'{name}' must be a non-negative integer, got {value}")
     return value
+
+
+SHARING_MODES = ("mps", "time-slicing")     # how a shared GPU is shared (--sharing)
+
+
+def check_fraction(value: object, name: str = "share.fraction") -> float:
+    """A share of one GPU: a number strictly between 0 and 1."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not 0 < value < 1:
+        raise BadRequest(f"'{name}' must be a fraction of one GPU, above 0 and below 1, "
+                         f"got {value!r}")
+    return float(value)
 
 
 def check_container_type(value: object) -> str:
@@ -118,28 +130,57 @@ class TaskLabels:
 
 
 @dataclass(frozen=True)
+class ShareRequest:
+    """A share of one shared GPU (the operator's --shared_gpus): `fraction` of it, on
+    the GPU of NVML index `gpu` when the offer named one (the framework always does:
+    the offer's gpu_shares_<index> resource), else on the one the daemon picks."""
+    fraction: float
+    gpu: Optional[int] = None
+
+    @classmethod
+    def from_json(cls, doc: object) -> "ShareRequest":
+        d = _object(doc)
+        gpu = d.get("gpu")
+        if gpu is not None and (isinstance(gpu, bool) or not isinstance(gpu, int) or gpu < 0):
+            raise BadRequest(f"'share.gpu' must be a GPU's NVML index, got {gpu!r}")
+        return cls(check_fraction(_field(d, "fraction")), gpu)
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"fraction": self.fraction, "gpu": self.gpu}
+
+
+@dataclass(frozen=True)
 class PrepareRequest:
-    """Give `gpus` whole GPUs to a container about to be created. Asked again by the
-    same caller with the same count, it answers the same grant (a client may retry).
-    Unhealthy GPUs are never given (409 naming them when only they are free)."""
+    """Give `gpus` whole GPUs, or a `share` of one shared GPU, to a container about to
+    be created. Asked again by the same caller with the same request, it answers the
+    same grant (a client may retry). Unhealthy GPUs are never given (409 naming them
+    when only they are free)."""
     container_id: str
     gpus: int
     container_type: str = MESOS
     task: Optional[TaskLabels] = None
+    share: Optional[ShareRequest] = None
 
     @classmethod
     def from_json(cls, doc: object) -> "PrepareRequest":
         d = _object(doc)
-        return cls(check_container_id(_field(d, "container_id")),
-                   check_gpu_count(_field(d, "gpus")),
+        share = ShareRequest.from_json(d["share"]) if d.get("share") is not None else None
+        gpus = check_gpu_count(d.get("gpus", 0) if share is not None else _field(d, "gpus"))
+        if share is not None and gpus:
+            raise BadRequest(f"'gpus' is {gpus} and 'share' is given: a container holds "
+                             "whole GPUs or one share of a shared GPU, not both")
+        return cls(check_container_id(_field(d, "container_id")), gpus,
                    check_container_type(d.get("container_type", MESOS)),
-                   TaskLabels.from_json(d["task"]) if d.get("task") is not None else None)
+                   TaskLabels.from_json(d["task"]) if d.get("task") is not None else None,
+                   share)
 
     def to_json(self) -> Dict[str, Any]:
         out: Dict[str, Any] = {"container_id": self.container_id, "gpus": self.gpus,
                                "container_type": self.container_type}
         if self.task is not None:
             out["task"] = self.task.to_json()
+        if self.share is not None:
+            out["share"] = self.share.to_json()
         return out
 
 
@@ -212,6 +253,25 @@ class Volume:
 
 
 @dataclass(frozen=True)
+class GrantedShare:
+    """A container's share of a shared GPU (the GPU itself is its one entry in
+    Grant.gpus). Under MPS the GPU's control daemon caps every client at
+    `client_limit` (what no client can raise), and the container's own share is
+    asked in its environment (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE,
+    CUDA_MPS_PINNED_DEVICE_MEM_LIMIT), which can only lower that cap. Under
+    time-slicing nothing is limited: `isolated` says what the tenants do not get."""
+    fraction: float
+    sharing: str                          # "mps" or "time-slicing"
+    index: int
+    minor: int
+    client_limit: float = 1.0             # MPS: the cap the control daemon enforces
+    thread_percentage: Optional[int] = None   # MPS: the SM share asked for this container
+    memory_limit: Optional[int] = None        # MPS: pinned device memory asked, bytes
+    pipe_dir: str = ""                    # MPS: the GPU's CUDA_MPS_PIPE_DIRECTORY
+    isolated: str = ""                    # what the sharing isolates, in words
+
+
+@dataclass(frozen=True)
 class Grant:
     """What a prepared container holds and how to give it to the container."""
     container_id: str
@@ -223,6 +283,7 @@ class Grant:
     cuda_driver_version: Optional[str] = None
     volume: Optional[Volume] = None            # only when the container holds GPUs
     topology: str = ""
+    share: Optional[GrantedShare] = None       # a share of the one GPU in `gpus`
 
     @property
     def uuids(self) -> Tuple[str, ...]:
@@ -241,7 +302,8 @@ class Grant:
                    driver_version=doc.get("driver_version"),
                    cuda_driver_version=doc.get("cuda_driver_version"),
                    volume=Volume(**volume) if volume else None,
-                   topology=doc.get("topology", ""))
+                   topology=doc.get("topology", ""),
+                   share=GrantedShare(**doc["share"]) if doc.get("share") else None)
 
 
 NO_GRANT = None     # a task without GPUs on an agent without the daemon gets no grant

@@ -7,6 +7,7 @@ import sys
 from typing import Optional
 
 from isolator.daemon import cdi_spec, flags, mesos_agent_flags
+from isolator.sharing import plan as share_plan
 from isolator.cgroups import cgroup_host
 from isolator.health import health_report
 from isolator.discovery import nvml, platform_features
@@ -122,10 +123,12 @@ def _quiet_unless_verbose(args) -> None:
 def cmd_agent_flags(args) -> int:
     flags.check_isolation(args.isolation)
     flags.check_selection(args.nvidia_gpu_devices, args.resources)
+    share_plan.check_flags(args)
     _quiet_unless_verbose(args)
     cpu = platform_features.read_cpu(args.cpuinfo)
     inv = nvml.discover(args.nvml_library)
     selection = flags.select_gpus(inv, args.nvidia_gpu_devices, args.resources)
+    shares = share_plan.plan_of(args, selection.gpus)
     if not selection.gpus:
         print(f"# {selection.reason}", file=sys.stderr)
     if args.write_dir and args.format != "args":
@@ -146,11 +149,12 @@ def cmd_agent_flags(args) -> int:
     port = _metrics_port(args.metrics_address)
     resources, attributes = mesos_agent_flags.merged(selection.gpus, inv, base,
                                                      operator("attributes", args.attributes),
-                                                     platform, port)
+                                                     platform, port, shares)
     if flag_dir is not None:
-        gpus = f"gpus:{len(selection.gpus)}"
-        ours = mesos_agent_flags.node_attributes(selection.gpus, inv, platform, port)
-        for path in flag_dir.write("resources", resources, [gpus], []) + \
+        gpus = [f"gpus:{len(selection.gpus) - len(shares.gpus)}",
+                *mesos_agent_flags.share_resources(shares)]
+        ours = mesos_agent_flags.node_attributes(selection.gpus, inv, platform, port, shares)
+        for path in flag_dir.write("resources", resources, gpus, []) + \
                 flag_dir.write("attributes", attributes, ours,
                                [n for n in mesos_agent_flags.ATTRIBUTE_NAMES
                                 if n not in {a.partition(":")[0] for a in ours}]):
@@ -160,7 +164,7 @@ def cmd_agent_flags(args) -> int:
         lines = mesos_agent_flags.env_lines(resources, attributes)
     else:
         lines = mesos_agent_flags.lines(selection.gpus, inv, base, platform,
-                                        operator("attributes", args.attributes), port)
+                                        operator("attributes", args.attributes), port, shares)
     for line in lines:
         print(line)
     return 0

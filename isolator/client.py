@@ -28,7 +28,8 @@ from typing import Any, Dict, Optional
 from urllib.parse import quote
 
 from isolator.api import (MESOS, Cleanup, CleanupRequest, Grant, IsolateRequest, NodeHealth,
-                          PrepareRequest, TaskLabels, UpdateRequest, Usage)
+                          PrepareRequest, ShareRequest, TaskLabels, UpdateRequest,
+                          Usage)
 from isolator.errors import AgentError
 
 __all__ = ["AgentClient", "AgentError"]
@@ -136,8 +137,10 @@ class AgentClient:
         return doc
 
     def prepare(self, container_id: str, gpus: int, container_type: str = MESOS,
-                task: Optional[TaskLabels] = None) -> Grant:
-        request = PrepareRequest(container_id, gpus, container_type, task)
+                task: Optional[TaskLabels] = None,
+                share: Optional[ShareRequest] = None) -> Grant:
+        """`gpus` whole GPUs, or (gpus 0) a `share` of a shared GPU."""
+        request = PrepareRequest(container_id, gpus, container_type, task, share)
         return Grant.from_json(self._request("POST", "/v1/prepare", request.to_json()))
 
     def isolate(self, container_id: str, pid: Optional[int] = None,

@@ -42,7 +42,7 @@ def test_layers_import_only_downwards(package):
 # (a type for an annotation, never run) does not count.
 SUBPACKAGES = {
     "isolator": [["discovery"], ["errors.py", "api.py", "client.py"], ["cgroups"],
-                 ["allocation"], ["health"], ["metrics"], ["daemon"], ["node_check"],
+                 ["allocation"], ["sharing"], ["health"], ["metrics"], ["daemon"], ["node_check"],
                  ["cli.py"]],
     "framework": [["tasks"], ["health"], ["ha", "state"], ["images"], ["scheduling"],
                   ["executor"], ["marathon", "ui"], ["image_cli.py"], ["cli.py"]],

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Optional, Tuple
 
 from common.errors import UserError
-from isolator.api import CONTAINER_TYPES, DOCKER, MESOS, TaskLabels
+from isolator.api import CONTAINER_TYPES, DOCKER, MESOS, SHARING_MODES, TaskLabels
 from isolator.errors import BadRequest
 from isolator.allocation.owner import Owner, Placed
 
@@ -79,6 +79,13 @@ class Holding:
     placed: Optional[Placed] = None             # the process placed in the cgroups (MESOS)
     runtime_cgroups: Tuple[str, ...] = ()       # cgroups runc made for it (read from /proc)
     task: Optional[TaskLabels] = None           # the Mesos task, as its executor named it
+    share: float = 0.0                          # a share of its one GPU (0: whole GPUs)
+    sharing: str = ""                           # how that GPU is shared: mps, time-slicing
+
+    @property
+    def whole_gpus(self) -> Tuple[int, ...]:
+        """The GPUs it holds alone (a shared GPU's minor is not one of them)."""
+        return () if self.share else self.gpus
 
     def to_json(self) -> Dict:
         """Every field but the id (the ledger's key); written field by field, not with
@@ -90,7 +97,8 @@ class Holding:
                 "docker_id": self.docker_id, "cgroups": dict(self.cgroups),
                 "placed": self.placed.to_json() if self.placed else None,
                 "runtime_cgroups": list(self.runtime_cgroups),
-                "task": self.task.to_json() if self.task else None}
+                "task": self.task.to_json() if self.task else None,
+                "share": self.share, "sharing": self.sharing}
 
 
 def _checksum(sequence: int, containers: Dict) -> str:
@@ -123,16 +131,21 @@ def holding_from_json(cid: str, d: Dict) -> Holding:
     except (KeyError, TypeError, ValueError, BadRequest) as e:
         raise ValueError(f"container {cid}: unreadable owner, placed process or task "
                          f"({e})") from None
+    share, sharing = d.get("share") or 0.0, d.get("sharing") or ""
+    if share and (not isinstance(share, (int, float)) or not 0 < share < 1 or len(gpus) != 1
+                  or sharing not in SHARING_MODES):
+        raise ValueError(f"container {cid}: share {share!r} ({sharing!r}) is not a fraction "
+                         f"of one GPU shared by one of {SHARING_MODES}")
     return Holding(cid, ctype, tuple(gpus), tuple(d.get("uuids") or ()), state,
                    float(d.get("prepared_at") or 0.0), owner, d.get("docker_id"),
                    dict(cgroups), placed, tuple(str(c) for c in d.get("runtime_cgroups") or ()),
-                   task)
+                   task, float(share), sharing)
 
 
 def _check_exclusive(holdings: Dict[str, Holding]) -> None:
     owner: Dict[int, str] = {}
     for h in holdings.values():
-        for m in h.gpus:
+        for m in h.whole_gpus:                   # shares of one GPU are many holders
             if m in owner:
                 raise ValueError(f"GPU {m} held by both {owner[m]} and {h.container_id}")
             owner[m] = h.container_id

@@ -39,10 +39,12 @@ from isolator.allocation.ledger import Ledger
 from isolator.daemon.reconciler import Reconciler
 from isolator.daemon.server import AgentServer
 from isolator.daemon.service import AgentService
+from isolator.sharing import mps_control, plan as share_plan
 from common.errors import UserError
 
 log = logging.getLogger("mesos-gpu.agent")
 LOCK_NAME = "agent.lock"
+MPS_WATCH_INTERVAL = 0.5       # how soon a dead MPS control daemon is restarted
 
 
 def socket_path(work_dir: str) -> str:
@@ -127,15 +129,49 @@ def build_service(args) -> AgentService:
     log.info("device cgroups: %s under %s (host cgroups %s)", "+".join(versions),
              args.cgroups_root, host.mode)
     docker = None if args.docker_socket in ("", "none") else DockerState(args.docker_socket)
+    shares = share_plan.plan_of(args, managed)
+    volume = _volume(args, inventory, managed)
+    mps = _mps_controls(args, shares, volume)
     service = AgentService(
         inventory=inventory, managed=managed, topology=topo,
         ledger=Ledger(args.work_dir),
         cgroups=ContainerCgroups(host, versions, args.cgroups_root),
-        dev_dir=args.dev_dir, docker=docker, volume=_volume(args, inventory, managed),
+        dev_dir=args.dev_dir, docker=docker, volume=volume,
         nvml_library=args.nvml_library, prepare_timeout=args.prepare_timeout,
         health=gpu_health.HealthBook(managed, health_path, args.health_quiet_period),
-        kill_on_fault=args.on_gpu_fault == "kill")
+        kill_on_fault=args.on_gpu_fault == "kill", shares=shares, mps=mps)
     return service
+
+
+def _mps_controls(args, shares: share_plan.SharePlan, volume: Optional[Dict]) -> Dict:
+    """One MPS control daemon per GPU shared under MPS, started (or adopted from the
+    last run) before the API serves; a control daemon of a GPU no longer shared is quit."""
+    root = os.path.join(args.work_dir, "mps")
+    wanted = {m: s for m, s in shares.gpus.items() if s.sharing == "mps"}
+    program = args.mps_control or (os.path.join(volume["path"], "bin", mps_control.PROGRAM)
+                                   if volume else None)
+    if wanted and (not program or not os.access(program, os.X_OK)):
+        raise flags.FlagError(
+            f"--sharing=mps: no {mps_control.PROGRAM} to run "
+            + (f"({program} is not an executable)" if program else
+               "(--driver_volume=none: give --mps_control PATH)"))
+    controls = {}
+    for minor, s in sorted(wanted.items()):
+        control = mps_control.MpsControl(program, root, minor, s.gpu.uuid, s.thread_cap,
+                                         s.memory_cap)
+        try:
+            control.start()
+        except (mps_control.MpsError, OSError) as e:
+            for started in controls.values():
+                started.stop()
+            raise UserError(f"GPU {s.gpu.index} (--shared_gpus, --sharing=mps): {e}") from None
+        controls[minor] = control
+    if os.path.isdir(root) and program:
+        for name in os.listdir(root):           # shared under MPS last run, not now
+            minor = name[len("nvidia"):]
+            if minor.isdigit() and int(minor) not in wanted:
+                mps_control.MpsControl(program, root, int(minor), "", 100, 0).stop_adopted()
+    return controls
 
 
 def _housekeeping(service: AgentService, stop: threading.Event, sync_every: float) -> None:
@@ -152,6 +188,7 @@ def _check_flags(args) -> None:
     flags.check_isolation(args.isolation)
     flags.check_daemon_values(args)
     flags.check_selection(args.nvidia_gpu_devices, args.resources)
+    share_plan.check_flags(args)
     side_services.check_flags(args)
     if args.docker_socket not in ("", "none"):
         import docker.utils                     # checked now, not at the first recovery
@@ -211,6 +248,12 @@ def run(args) -> int:
         keeper.start()
         reconciler = Reconciler(service, args.reconcile_interval)
         threads += reconciler.start(stop)
+        if service.mps:
+            threads.append(threading.Thread(
+                target=mps_control.watch, name="mps-watch", daemon=True,
+                args=(list(service.mps.values()), stop, MPS_WATCH_INTERVAL,
+                      service.mps_restarted)))
+            threads[-1].start()
         log.info("reconciling holdings every %g s (and at once when an owner ends)",
                  args.reconcile_interval)
         if metrics_server is not None:

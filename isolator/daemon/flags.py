@@ -47,6 +47,8 @@ def add_selection_arguments(p: argparse.ArgumentParser) -> None:
                         "'gpus' is read here: gpus:N must match --nvidia_gpu_devices, "
                         "gpus:0 manages no GPU at all")
     add_nvml_flag(p)
+    from isolator.sharing import plan
+    plan.add_arguments(p)
 
 
 def add_metrics_flag(p) -> None:
@@ -146,6 +148,10 @@ def add_daemon_arguments(p: argparse.ArgumentParser) -> None:
                    help="serve nvidia-docker v1's REST API (/v1.0/gpu/info, /gpu/status, "
                         "/docker/cli, /mesos/cli), e.g. 127.0.0.1:3476; needs --volume_plugin; "
                         "default none")
+    p.add_argument("--mps_control", metavar="PATH", type=non_empty,
+                   help="the driver's nvidia-cuda-mps-control for GPUs shared under MPS "
+                        "(default: the one in the driver volume, i.e. the running driver's; "
+                        "needed with --driver_volume=none)")
     p.add_argument("--driver_check_interval", type=float, default=30.0, metavar="SECONDS",
                    help="how often the daemon asks NVML for the driver version: a new driver "
                         "gets its volume (and CDI spec), old volumes are removed once no "

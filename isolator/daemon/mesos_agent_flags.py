@@ -15,6 +15,13 @@
                             x86-64-v3/broadwell; on a node without GPUs the CPU's only
     gpu_metrics_port        with --metrics_address: the port of the daemon's read-only
                             HTTP endpoint (GPU health for the framework, /metrics)
+    gpu_sharing             with --shared_gpus: mps or time-slicing
+    gpu_share_granularity   the smallest share (shares are multiples of it), e.g. 0.25
+    gpu_share_max           the largest share one task may hold (MPS: the cap the control
+                            daemon enforces on every client; time-slicing: 1)
+
+With --shared_gpus, the shared GPUs are not counted in gpus:N: each is a resource
+of its own, gpu_shares_<NVML index>:<slots> (isolator/sharing/plan.py says why).
 
 On a node with several GPU models, gpu_type and gpu_model name the most common
 one (ties: the first by NVML index), gpu_types lists all of them, and memory and
@@ -34,6 +41,7 @@ from isolator.api import METRICS_PORT_ATTRIBUTE
 from isolator.daemon.flags import FlagError, parse_resources
 from isolator.discovery.gpu import Gpu, Inventory
 from isolator.discovery.platform_features import ATTRIBUTE as PLATFORM_ATTRIBUTE, NodePlatform
+from isolator.sharing.plan import SharePlan, index_of_resource, resource_name
 
 TEXT_UNSAFE = re.compile(r"[^a-z0-9]+")
 
@@ -70,7 +78,28 @@ def _cc_key(cc: str):
 # of them (in a flag file or $MESOS_ATTRIBUTES) is replaced, never kept as the operator's.
 ATTRIBUTE_NAMES = ("gpu_type", "gpu_model", "gpu_types", "gpu_memory_mb",
                    "gpu_compute_capability", "nvidia_driver", "cuda_driver", PLATFORM_ATTRIBUTE,
-                   METRICS_PORT_ATTRIBUTE)
+                   METRICS_PORT_ATTRIBUTE, "gpu_sharing", "gpu_share_granularity",
+                   "gpu_share_max")
+
+
+def _ours(name: str) -> bool:
+    """A resource this command sets: gpus, and each shared GPU's gpu_shares_<index>."""
+    return name == "gpus" or index_of_resource(name) is not None
+
+
+def share_attributes(shares: Optional[SharePlan]) -> List[str]:
+    if shares is None or not shares.gpus:
+        return []
+    first = next(iter(shares.gpus.values()))
+    return [f"gpu_sharing:{first.sharing}", f"gpu_share_granularity:{first.granularity:g}",
+            f"gpu_share_max:{min(first.max_share, 1.0):g}"]
+
+
+def share_resources(shares: Optional[SharePlan]) -> List[str]:
+    if shares is None:
+        return []
+    return [f"{resource_name(s.gpu.index)}:{s.slots}"
+            for s in sorted(shares.gpus.values(), key=lambda s: s.gpu.index)]
 
 
 def attributes(gpus: Sequence[Gpu], inventory: Inventory) -> List[str]:
@@ -91,15 +120,18 @@ def attributes(gpus: Sequence[Gpu], inventory: Inventory) -> List[str]:
     return [f"{k}:{v}" for k, v in attrs]
 
 
-def resources(gpu_count: int, operator_resources: Optional[str]) -> str:
-    """The operator's resources with gpus set to what is managed."""
+def resources(gpu_count: int, operator_resources: Optional[str],
+              shares: Optional[SharePlan] = None) -> str:
+    """The operator's resources with gpus set to the whole GPUs managed, and one
+    gpu_shares_<index> per shared GPU."""
     kept = []
     if operator_resources and not operator_resources.strip().startswith("["):
         kept = [part.strip() for part in operator_resources.split(";")
-                if part.strip() and name_of(part) != "gpus"]
+                if part.strip() and not _ours(name_of(part))]
     elif operator_resources:
-        kept = [f"{n}:{v}" for n, v in parse_resources(operator_resources) if n != "gpus"]
-    return ";".join(kept + [f"gpus:{gpu_count}"])
+        kept = [f"{n}:{v}" for n, v in parse_resources(operator_resources) if not _ours(n)]
+    whole = gpu_count - (len(shares.gpus) if shares else 0)
+    return ";".join(kept + [f"gpus:{whole}"] + share_resources(shares))
 
 
 def name_of(part: str) -> str:
@@ -109,19 +141,21 @@ def name_of(part: str) -> str:
 def lines(gpus: Sequence[Gpu], inventory: Inventory, operator_resources: Optional[str],
           platform: Optional[NodePlatform] = None,
           operator_attributes: Optional[str] = None,
-          metrics_port: Optional[int] = None) -> List[str]:
+          metrics_port: Optional[int] = None,
+          shares: Optional[SharePlan] = None) -> List[str]:
     """--resources=... and --attributes=... (the operator's merged with ours)."""
     res, attrs = merged(gpus, inventory, operator_resources, operator_attributes, platform,
-                        metrics_port)
+                        metrics_port, shares)
     return [f"--resources={res}"] + ([f"--attributes={attrs}"] if attrs else [])
 
 
 def node_attributes(gpus: Sequence[Gpu], inventory: Inventory,
                     platform: Optional[NodePlatform] = None,
-                    metrics_port: Optional[int] = None) -> List[str]:
-    """Our attributes: the GPUs', the node's platform features when it has any, and
-    the port of the daemon's read-only endpoint when it serves one."""
-    attrs = attributes(gpus, inventory)
+                    metrics_port: Optional[int] = None,
+                    shares: Optional[SharePlan] = None) -> List[str]:
+    """Our attributes: the GPUs', the node's platform features when it has any, the
+    port of the daemon's read-only endpoint when it serves one, how GPUs are shared."""
+    attrs = attributes(gpus, inventory) + share_attributes(shares)
     if platform is not None and platform.features():
         attrs.append(f"{PLATFORM_ATTRIBUTE}:{platform.attribute_value()}")
     if metrics_port is not None:
@@ -132,11 +166,13 @@ def node_attributes(gpus: Sequence[Gpu], inventory: Inventory,
 def merged(gpus: Sequence[Gpu], inventory: Inventory, operator_resources: Optional[str],
            operator_attributes: Optional[str],
            platform: Optional[NodePlatform] = None,
-           metrics_port: Optional[int] = None) -> Tuple[str, str]:
+           metrics_port: Optional[int] = None,
+           shares: Optional[SharePlan] = None) -> Tuple[str, str]:
     """(resources, attributes): the operator's, with gpus and our attributes set."""
-    return (resources(len(gpus), operator_resources),
+    return (resources(len(gpus), operator_resources, shares),
             merged_attributes(operator_attributes,
-                              node_attributes(gpus, inventory, platform, metrics_port)))
+                              node_attributes(gpus, inventory, platform, metrics_port,
+                                              shares)))
 
 
 # ---- merging with what the operator already gives the agent ------------------
@@ -175,9 +211,9 @@ def without_gpus(resources: Optional[str]) -> Optional[str]:
     if not resources:
         return resources
     if resources.strip().startswith("["):
-        items = [r for r in json.loads(resources) if r.get("name") != "gpus"]
+        items = [r for r in json.loads(resources) if not _ours(r.get("name", ""))]
         return json.dumps(items)
-    return ";".join(p.strip() for p in resources.split(";") if p.strip() and name_of(p) != "gpus")
+    return ";".join(p.strip() for p in resources.split(";") if p.strip() and not _ours(name_of(p)))
 
 
 def env_lines(resources_text: str, attributes_text: str) -> List[str]:

@@ -35,9 +35,11 @@ from isolator.discovery import devices, nvml
 from isolator.health import nvml_health
 from isolator.allocation.allocator import Allocator
 from isolator.api import (DOCKER, MESOS, Cleanup, CleanupRequest, Grant, GpuFaultStop,
-                          GpuHealth, GpuUsage, GrantedGpu, IsolateRequest, NodeHealth,
-                          PrepareRequest, ProcessUsage, UpdateRequest, Usage, Volume,
-                          check_container_id)
+                          GpuHealth, GpuUsage, GrantedGpu, GrantedShare, IsolateRequest,
+                          NodeHealth, PrepareRequest, ProcessUsage, UpdateRequest, Usage,
+                          Volume, check_container_id)
+from isolator.sharing.mps_control import MpsControl
+from isolator.sharing.plan import SharePlan, memory_of
 from isolator.cgroups.container_cgroups import CgroupVanished, ContainerCgroups
 from isolator.allocation.docker_state import DockerState, DockerUnavailable
 from isolator.errors import BadRequest, Conflict, Forbidden, Gone, NotFound, Unavailable
@@ -58,10 +60,16 @@ class AgentService:
                  ledger: Ledger, cgroups: ContainerCgroups, dev_dir: str = "/dev",
                  docker: Optional[DockerState] = None, volume: Optional[Dict] = None,
                  nvml_library: Optional[str] = None, prepare_timeout: float = 600.0,
-                 health: Optional[HealthBook] = None, kill_on_fault: bool = True) -> None:
+                 health: Optional[HealthBook] = None, kill_on_fault: bool = True,
+                 shares: Optional[SharePlan] = None,
+                 mps: Optional[Dict[int, MpsControl]] = None) -> None:
         self.inventory = inventory
         self.gpus: Dict[int, Gpu] = {g.minor: g for g in managed}
-        self.allocator = Allocator(managed, topology)
+        self.shares = shares or SharePlan({})     # the shared GPUs (plan.py)
+        self.mps: Dict[int, MpsControl] = mps or {}   # minor -> its MPS control daemon
+        # whole GPUs only: a shared GPU is never handed out whole
+        self.allocator = Allocator([g for g in managed if g.minor not in self.shares.gpus],
+                                   topology)
         self.ledger = ledger
         self.cgroups = cgroups
         self.dev_dir = dev_dir
@@ -89,7 +97,7 @@ class AgentService:
             recovery = Recovery(self.cgroups, list(self.gpus), self._rules, self.docker)
             self.holdings = recovery.run(recorded)
             for h in self.holdings.values():
-                self.allocator.claim(m for m in h.gpus if m in self.gpus)
+                self.allocator.claim(m for m in h.whole_gpus if m in self.allocator.gpus)
             self.ledger.compact(self.holdings)
             log.info(recovery.report.summary(self.holdings))
             for h in self.holdings.values():
@@ -142,7 +150,7 @@ class AgentService:
 
     def _drop(self, h: Holding) -> None:
         del self.holdings[h.container_id]
-        self.allocator.release(h.gpus)
+        self.allocator.release(h.whole_gpus)
         self.ledger.remove(h.container_id)
         self._compact_if_large()
 
@@ -165,16 +173,40 @@ class AgentService:
         control = self._control() if control is None else control
         nodes = control + [devices.gpu_node(g, self.dev_dir) for g in gpus]
         uuids = ",".join(g.uuid for g in gpus)
+        env = {"NVIDIA_VISIBLE_DEVICES": uuids or "void",
+               "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(len(gpus)))}
+        share = self._granted_share(h) if h.share and gpus else None
+        if share is not None and share.sharing == "mps":
+            # the caps the control daemon enforces stand whatever these say; these ask
+            # for the container's own share below them
+            env.update({"CUDA_MPS_PIPE_DIRECTORY": share.pipe_dir,
+                        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(share.thread_percentage),
+                        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT":
+                            f"0={share.memory_limit // 2**20}M"})
         return Grant(
             container_id=h.container_id, container_type=h.container_type,
             gpus=tuple(self._granted[g.minor] for g in gpus),
-            devices=tuple(nodes),
-            env={"NVIDIA_VISIBLE_DEVICES": uuids or "void",
-                 "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(len(gpus)))},
+            devices=tuple(nodes), env=env,
             driver_version=self.inventory.driver_version,
             cuda_driver_version=self.inventory.cuda_driver_version,
             volume=self.volume if gpus else None,
-            topology=self.allocator.topology.describe(list(h.gpus)))
+            topology=self.allocator.topology.describe(list(h.whole_gpus)),
+            share=share)
+
+    def _granted_share(self, h: Holding) -> GrantedShare:
+        minor = h.gpus[0]
+        gpu = self.gpus[minor]
+        shared = self.shares.gpus.get(minor)
+        if h.sharing != "mps":
+            return GrantedShare(h.share, h.sharing, gpu.index, minor,
+                                isolated=shared.isolation if shared else "")
+        control = self.mps.get(minor)
+        return GrantedShare(h.share, h.sharing, gpu.index, minor,
+                            client_limit=shared.max_share if shared else h.share,
+                            thread_percentage=max(1, int(round(h.share * 100))),
+                            memory_limit=memory_of(gpu, h.share),
+                            pipe_dir=control.pipe_dir if control else "",
+                            isolated=shared.isolation if shared else "")
 
     # --- operations -------------------------------------------------------------------------
 
@@ -182,27 +214,49 @@ class AgentService:
         with self.lock:
             held = self.holdings.get(request.container_id)
             if held is not None:
-                if (held.owner == caller and len(held.gpus) == request.gpus
-                        and held.container_type == request.container_type):
+                if (held.owner == caller and held.container_type == request.container_type
+                        and (held.share == request.share.fraction if request.share
+                             else not held.share and len(held.gpus) == request.gpus)):
                     return self._grant(held)          # the same request again: a retry
                 raise Conflict(f"container {request.container_id} is already prepared "
                                f"(holding GPUs {list(held.gpus)}, by {held.owner.describe() if held.owner else 'an unknown process'})")
-            chosen = self.allocator.allocate(request.gpus, unhealthy=self._unhealthy())
-            h = Holding(request.container_id, request.container_type,
-                        tuple(g.minor for g in chosen), tuple(g.uuid for g in chosen),
-                        "prepared", time.time(), caller, task=request.task)
+            if request.share is not None:
+                h = self._share_holding(request, caller)
+            else:
+                chosen = self.allocator.allocate(request.gpus, unhealthy=self._unhealthy())
+                h = Holding(request.container_id, request.container_type,
+                            tuple(g.minor for g in chosen), tuple(g.uuid for g in chosen),
+                            "prepared", time.time(), caller, task=request.task)
             try:
                 self._put(h)
             except OSError:
                 self.holdings.pop(h.container_id, None)
-                self.allocator.release(h.gpus)
+                self.allocator.release(h.whole_gpus)
                 raise
             crashpoints.reached("prepare:after_ledger", h.container_id)
             log.info("prepared %s (%s) for %s: GPUs %s (%s)", h.container_id, h.container_type,
                      caller.describe(), list(h.gpus),
-                     self.allocator.topology.describe(list(h.gpus)))
+                     f"a {h.share:g} share, {h.sharing}" if h.share
+                     else self.allocator.topology.describe(list(h.gpus)))
             self._watch(caller)
             return self._grant(h)
+
+    def _share_holding(self, request: PrepareRequest, caller: Owner) -> Holding:
+        """A share of a shared GPU: the GPU the offer named (or the fullest that fits),
+        refused by name when it is not a multiple of the granularity, above the MPS
+        cap, on an unhealthy GPU or more than is left."""
+        shared, _ = self.shares.choose(request.share, self.holdings.values(),
+                                       self._unhealthy())
+        minor = shared.gpu.minor
+        if shared.sharing == "mps":
+            control = self.mps.get(minor)
+            if control is None or not control.alive():
+                raise Unavailable(f"GPU {shared.gpu.index}'s MPS control daemon is not "
+                                  "running (it is being restarted); try again")
+        return Holding(request.container_id, request.container_type, (minor,),
+                       (shared.gpu.uuid,), "prepared", time.time(), caller,
+                       task=request.task, share=request.share.fraction,
+                       sharing=shared.sharing)
 
     def isolate(self, request: IsolateRequest, caller: Owner) -> Grant:
         if request.docker_id is not None:
@@ -279,6 +333,10 @@ class AgentService:
                 raise Conflict(f"container {h.container_id}: Docker cannot add or remove "
                                "devices of a running container; restart the task with the "
                                "new count")
+            if h.share:
+                raise Conflict(f"container {h.container_id} holds a {h.share:g} share of GPU "
+                               f"minor {h.gpus[0]}: a share is not resized; restart the task "
+                               "with the new request")
             held = list(h.gpus)
             if h.state == "isolated" and not self.cgroups.existing(h.cgroups):
                 raise Gone(f"container {h.container_id}: its cgroup "
@@ -446,6 +504,25 @@ class AgentService:
             # died): the reconciler stops it, the stop being on record
             self.release(h, "gpu_unhealthy", message)
 
+    def mps_restarted(self, control: MpsControl, why: str) -> None:
+        """A GPU's MPS control daemon died and was restarted: its tenants' clients were
+        served by what it started, and their limits can no longer be vouched for, so
+        they are stopped as for a GPU fault that loses the work on it (their tasks fail
+        naming it and are replaced)."""
+        minor = next((m for m, c in self.mps.items() if c is control), None)
+        if minor is None:
+            return
+        gpu = self.gpus[minor]
+        with self.lock:
+            self.counters["mps_restarts"] += 1
+            tenants = [h for h in self.holdings.values() if h.share and h.gpus[0] == minor]
+        message = f"GPU {gpu.index} ({gpu.uuid}) shared under MPS: {why}"
+        for h in tenants:
+            if self.health is not None and self.fault_stop(h) is None:
+                self.health.record_stop(Stop(h.container_id, message, (minor,), (gpu.uuid,),
+                                             None, time.time()))
+            self.release(h, "mps_failed", message)
+
     def fault_stop(self, h: Holding) -> Optional[Stop]:
         """The stop decided for this container because a GPU it held got a fault that
         loses the work on it; None when none was (since it was prepared)."""
@@ -484,7 +561,24 @@ class AgentService:
                                "writes": self.ledger.writes},
                     "counters": dict(self.counters),
                     "unhealthy": {str(m): why for m, why in self._unhealthy().items()},
-                    "containers": {cid: h.to_json() for cid, h in self.holdings.items()}}
+                    "containers": {cid: h.to_json() for cid, h in self.holdings.items()},
+                    "shared": self._shared_info()}
+
+    def _shared_info(self) -> Dict:
+        """Each shared GPU: how, its slots, who holds what, its MPS control daemon."""
+        used = self.shares.used_slots(self.holdings.values())
+        out = {}
+        for minor, s in sorted(self.shares.gpus.items()):
+            tenants = {cid: h.share for cid, h in self.holdings.items()
+                       if h.share and h.gpus[0] == minor}
+            out[str(s.gpu.index)] = {
+                "minor": minor, "uuid": s.gpu.uuid, "sharing": s.sharing,
+                "granularity": s.granularity, "max_share": s.max_share,
+                "slots": s.slots, "free_slots": s.slots - used[minor],
+                "free": round((s.slots - used[minor]) * s.granularity, 6),
+                "tenants": tenants, "isolation": s.isolation,
+                "mps_control": self.mps[minor].to_json() if minor in self.mps else None}
+        return out
 
 
 def gpu_usage(g: Gpu, sample: nvml_health.DeviceSample, h: Holding) -> GpuUsage:

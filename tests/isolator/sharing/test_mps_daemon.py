@@ -1,0 +1,182 @@
+"""Shared GPUs in the agent daemon: shares in the ledger like GPUs, and the real MPS
+control daemon of each GPU shared under MPS (the bed's 535 nvidia-cuda-mps-control,
+which runs without a GPU), with its caps, its restart, and the faults around it."""
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from isolator.api import ShareRequest
+from isolator.client import AgentError
+from isolator.sharing.mps_control import parse_size
+from tests.bed import waiting
+from tests.isolator.conftest import new_prober, only, open_gpus
+from tests.isolator.allocation.test_ownership import alive
+from tests.isolator.sharing.conftest import control_pids
+
+FAST = ["--reconcile_interval", "0.5"]
+
+
+def shared(mps_program, *more):
+    return ["--nvidia_gpu_devices", "0,1,2,3", "--resources", "gpus:4",
+            "--shared_gpus", "2,3", "--mps_control", mps_program, *FAST, *more]
+
+
+def ask(mps_program, line, pipe_dir):
+    done = subprocess.run([mps_program], input=line + "\n", capture_output=True, text=True,
+                          env={**os.environ, "CUDA_MPS_PIPE_DIRECTORY": pipe_dir}, timeout=10)
+    return done.stdout.strip()
+
+
+def test_a_share_gets_its_gpu_its_pipe_and_the_caps_the_control_daemon_enforces(daemon_factory, work_dir, mps_program, dev_dir, probers):
+    agent = daemon_factory("v100x8", extra=shared(mps_program), work_dir=work_dir)
+    info = agent.client.info()
+    assert info["free"] == [0, 1]                 # whole GPUs: the shared ones are not among them
+    assert set(info["shared"]) == {"2", "3"}
+    grant = agent.client.prepare("a", 0, share=ShareRequest(0.25, gpu=3))
+    assert [g.index for g in grant.gpus] == [3]
+    assert grant.share.fraction == 0.25 and grant.share.sharing == "mps"
+    pipe = grant.env["CUDA_MPS_PIPE_DIRECTORY"]
+    assert pipe == str(agent.work_dir / "mps/nvidia3/pipe") == grant.share.pipe_dir
+    assert grant.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+    memory = 16 * 2**30 // 4 // 2**20           # a V100 of the fake layout: 16 GiB
+    assert grant.env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={memory}M"
+    # the caps no client can raise: asked of the real control daemon itself
+    assert ask(mps_program, "get_default_active_thread_percentage", pipe) == "25.0"
+    assert parse_size(ask(mps_program, "get_default_device_pinned_mem_limit 0", pipe)) \
+        == memory * 2**20
+    # GPU 2's control daemon is another process, with its own pipe
+    pids = control_pids(agent.work_dir)
+    assert set(pids) == {"nvidia2", "nvidia3"} and pids["nvidia2"] != pids["nvidia3"]
+    # the container opens its shared GPU and no other
+    prober = new_prober(probers)
+    agent.client.isolate("a", pid=prober.pid)
+    assert open_gpus(prober, dev_dir) == only([3])
+    # a 0.5 share is above --mps_max_share (the granularity by default): refused by name
+    with pytest.raises(AgentError, match="above 0.25.*--mps_max_share"):
+        agent.client.prepare("big", 0, share=ShareRequest(0.5, gpu=3))
+    with pytest.raises(AgentError, match="not a multiple of .* granularity 0.25"):
+        agent.client.prepare("odd", 0, share=ShareRequest(0.1, gpu=3))
+    with pytest.raises(AgentError, match="'share.gpu' 1 is not a shared GPU"):
+        agent.client.prepare("whole", 0, share=ShareRequest(0.25, gpu=1))
+    for cid in ("b", "c", "d"):
+        agent.client.prepare(cid, 0, share=ShareRequest(0.25, gpu=3))
+    with pytest.raises(AgentError, match="GPU 3 has 0 of its share left") as e:
+        agent.client.prepare("e", 0, share=ShareRequest(0.25, gpu=3))
+    assert e.value.status == 409
+    # no GPU named: the fullest one it fits on is GPU 2 (GPU 3 is full)
+    assert agent.client.prepare("f", 0, share=ShareRequest(0.25)).share.index == 2
+    assert agent.client.info()["shared"]["3"]["free_slots"] == 0
+    cleaned = agent.client.cleanup("b")
+    assert cleaned.released == (3,)
+    assert agent.client.info()["shared"]["3"]["free"] == 0.25
+    assert agent.client.info()["free"] == [0, 1]   # whole GPUs untouched throughout
+    with pytest.raises(AgentError, match="a share is not resized"):
+        agent.client.update("a", 1)
+
+
+def test_a_restart_keeps_the_shares_and_adopts_the_control_daemons(daemon_factory, work_dir,
+                                                                    mps_program):
+    agent = daemon_factory("v100x8", extra=shared(mps_program), work_dir=work_dir)
+    agent.client.prepare("a", 0, share=ShareRequest(0.25, gpu=2))
+    before = control_pids(agent.work_dir)
+    agent.kill9()
+    assert control_pids(agent.work_dir) == before          # they outlive the agent daemon
+    agent = daemon_factory("v100x8", extra=shared(mps_program), work_dir=agent.work_dir)
+    assert control_pids(agent.work_dir) == before          # adopted, not started again
+    assert "adopted" in agent.log()
+    info = agent.client.info()
+    assert info["shared"]["2"]["tenants"] == {"a": 0.25}
+    assert info["shared"]["2"]["free_slots"] == 3
+    # the caps are set again on the adopted daemon
+    pipe = str(agent.work_dir / "mps/nvidia2/pipe")
+    assert ask(mps_program, "get_default_active_thread_percentage", pipe) == "25.0"
+    # the same share asked again (an executor's retry) answers the same grant
+    assert agent.client.prepare("a", 0, share=ShareRequest(0.25, gpu=2)).share.index == 2
+
+
+def test_a_gpu_no_longer_shared_has_its_control_daemon_quit(daemon_factory, work_dir, mps_program):
+    agent = daemon_factory("v100x8", extra=shared(mps_program), work_dir=work_dir)
+    pids = control_pids(agent.work_dir)
+    agent.stop()
+    agent = daemon_factory("v100x8", work_dir=agent.work_dir,
+                           extra=["--nvidia_gpu_devices", "0,1,2,3", "--resources", "gpus:4",
+                                  "--shared_gpus", "2", "--mps_control", mps_program])
+    assert control_pids(agent.work_dir) == {"nvidia2": pids["nvidia2"]}
+    waiting.wait_until(lambda: not alive(pids["nvidia3"]), timeout=10,
+                       what="GPU 3's control daemon quit")
+    assert agent.client.info()["free"] == [0, 1, 3]
+
+
+def test_a_killed_control_daemon_is_restarted_and_its_tenants_are_stopped(daemon_factory, work_dir, mps_program):
+    agent = daemon_factory("v100x8", extra=shared(mps_program), work_dir=work_dir)
+    agent.client.prepare("on3", 0, share=ShareRequest(0.25, gpu=3))
+    agent.client.prepare("on2", 0, share=ShareRequest(0.25, gpu=2))
+    old = control_pids(agent.work_dir)["nvidia3"]
+    os.kill(old, signal.SIGKILL)
+    waiting.wait_until(lambda: control_pids(agent.work_dir).get("nvidia3") not in (None, old),
+                       timeout=10, what="GPU 3's control daemon restarted")
+    pipe = str(agent.work_dir / "mps/nvidia3/pipe")
+    assert ask(mps_program, "get_default_active_thread_percentage", pipe) == "25.0"
+    waiting.wait_until(lambda: "on3" not in agent.client.info()["containers"], timeout=10,
+                       what="the tenant of the GPU whose control daemon died released")
+    # its owner learns why from cleanup
+    stopped = agent.client.cleanup("on3").stopped
+    assert stopped is not None and "MPS control daemon" in stopped.message
+    assert "on2" in agent.client.info()["containers"]        # the other GPU's tenant stays
+    assert agent.client.info()["shared"]["3"]["mps_control"]["restarts"] == 1
+    # the restarted daemon serves new shares
+    assert agent.client.prepare("again", 0, share=ShareRequest(0.25, gpu=3)).share.index == 3
+
+
+def test_an_owner_killed_gives_its_share_back(daemon_factory, work_dir, mps_program, tmp_path):
+    agent = daemon_factory("v100x8", extra=shared(mps_program), work_dir=work_dir)
+    sock = agent.work_dir / "agent.sock"
+    owner = subprocess.Popen(
+        ["python3", "-c", "import sys\nfrom isolator.client import AgentClient\n"
+         "from isolator.api import ShareRequest\n"
+         "AgentClient(sys.argv[1]).prepare('owned', 0, share=ShareRequest(0.25, gpu=2))\n"
+         "print('held', flush=True)\nsys.stdin.read()", str(sock)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", os.getcwd())})
+    assert owner.stdout.readline().strip() == "held"
+    assert agent.client.info()["shared"]["2"]["free_slots"] == 3
+    owner.kill()
+    owner.wait()
+    waiting.wait_until(lambda: agent.client.info()["shared"]["2"]["free_slots"] == 4,
+                       timeout=10, what="the dead owner's share back")
+    assert 'reason="owner_gone"' in agent.client.metrics()
+
+
+def test_time_slicing_gives_shares_without_limits(daemon_factory, work_dir, mps_program):
+    agent = daemon_factory("v100x8", work_dir=work_dir,
+                           extra=["--nvidia_gpu_devices", "0,1", "--resources", "gpus:2",
+                                  "--shared_gpus", "1", "--sharing", "time-slicing"])
+    a = agent.client.prepare("a", 0, share=ShareRequest(0.75))
+    b = agent.client.prepare("b", 0, share=ShareRequest(0.25))
+    assert a.share.index == b.share.index == 1
+    assert not any(k.startswith("CUDA_MPS") for k in a.env)
+    assert a.share.sharing == "time-slicing" and "nothing" in a.share.isolated
+    assert not (agent.work_dir / "mps").exists()           # no control daemon
+    with pytest.raises(AgentError, match="has 0 of its share left"):
+        agent.client.prepare("c", 0, share=ShareRequest(0.25))
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--shared_gpus", "1", "--share_granularity", "0.3"],
+     "--share_granularity=0.3: must be 1/N"),
+    (["--shared_gpus", "1", "--sharing", "time-slicing", "--mps_max_share", "0.5"],
+     "--mps_max_share=0.5 is for --sharing=mps"),
+    (["--shared_gpus", "1", "--mps_max_share", "0.3"], "--mps_max_share=0.3: must be a multiple"),
+    (["--shared_gpus", "1,x"], "--shared_gpus=1,x: 'x' is not a GPU index"),
+    (["--nvidia_gpu_devices", "0", "--resources", "gpus:1", "--shared_gpus", "1"],
+     "--shared_gpus=1: GPU 1 is not managed"),
+    (["--shared_gpus", "1", "--mps_control", "/nonexistent/nvidia-cuda-mps-control"],
+     "no nvidia-cuda-mps-control to run"),
+])
+def test_bad_sharing_flags_are_refused_by_name(daemon_factory, work_dir, extra, message):
+    agent = daemon_factory("v100x8", extra=extra, start=False, work_dir=work_dir)
+    assert agent.run_to_exit() != 0
+    assert message in agent.log()
