@@ -162,7 +162,7 @@ def _mps_controls(args, shares: share_plan.SharePlan, volume: Optional[Dict]) ->
         try:
             control.start()
         except (mps_control.MpsError, OSError) as e:
-            for started in controls.values():
+            for started in [*controls.values(), control]:
                 started.stop()
             raise UserError(f"GPU {s.gpu.index} (--shared_gpus, --sharing=mps): {e}") from None
         controls[minor] = control

@@ -4,7 +4,6 @@ which runs without a GPU), with its caps, its restart, and the faults around it.
 import os
 import signal
 import subprocess
-import time
 
 import pytest
 
