@@ -71,6 +71,13 @@ def check_gpu_count(value: object, name: str = "gpus") -> int:
 
 
 SHARING_MODES = ("mps", "time-slicing")     # how a shared GPU is shared (--sharing)
+# The Mesos resource of one shared GPU is this + its NVML index, in slots
+# (isolator/sharing/plan.py); the framework asks for it in a share's TaskInfo.
+SHARE_RESOURCE_PREFIX = "gpu_shares_"
+# The Mesos agent attributes saying how a node's shared GPUs are shared
+SHARING_ATTRIBUTE = "gpu_sharing"
+GRANULARITY_ATTRIBUTE = "gpu_share_granularity"
+MAX_SHARE_ATTRIBUTE = "gpu_share_max"
 
 
 def check_fraction(value: object, name: str = "share.fraction") -> float:

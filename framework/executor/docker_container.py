@@ -130,6 +130,12 @@ class DockerContainer:
             argv += ["--device", device]
         if self.volume_path:
             argv += ["--volume", f"{self.volume_path}:{environment.MOUNT_POINT}:ro"]
+        share = self.grant.share if self.grant else None
+        if share is not None and share.pipe_dir:
+            # MPS: the GPU's pipe directory at the same path (the grant's
+            # CUDA_MPS_PIPE_DIRECTORY names it) and the host's IPC namespace, where the
+            # MPS server's shared memory is (as NVIDIA's device plugin runs MPS clients)
+            argv += ["--volume", f"{share.pipe_dir}:{share.pipe_dir}", "--ipc", "host"]
         if self.sandbox:
             argv += ["--volume", f"{self.sandbox}:{sandbox_files.MOUNT_POINT}",
                      "--workdir", sandbox_files.MOUNT_POINT]

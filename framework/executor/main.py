@@ -59,7 +59,7 @@ from framework.executor.usage_reporter import UsageReporter
 from framework.tasks.task_spec import DOCKER, TaskSpec
 from framework.executor.mesos_container import (MesosHostContainer, MesosImageContainer,
                                                become_subreaper)
-from isolator.api import Grant, GpuFaultStop, TaskLabels
+from isolator.api import Grant, GpuFaultStop, ShareRequest, TaskLabels
 from isolator.client import AgentClient, AgentError
 from volumes import cuda_compat
 from volumes.environment import DEFAULT_PATH
@@ -321,6 +321,13 @@ class TaskRun:
                 compat = self._image_compat(spec, client, image)
         check_free(spec.ports, spec.host_ports, agent)
         grant = self._prepare(spec)
+        if grant is not None and grant.share is not None and grant.share.sharing == "mps" \
+                and spec.container != DOCKER and spec.image:
+            # runc gives the container its own IPC namespace, where no MPS client can
+            # reach the GPU's server: refused by name rather than run unlimited
+            raise TaskFailure(f"a MESOS container with an image ({spec.image}) cannot run on "
+                              "a GPU shared under MPS yet; run it as DOCKER, without an image, "
+                              "or on a time-sliced GPU")
         extra = {"MESOS_TASK_ID": self.task_id}
         with self._lock:
             if spec.container == DOCKER:
@@ -360,20 +367,25 @@ class TaskRun:
             log.info("no agent daemon at %s: running a task without GPUs unisolated",
                      socket_path)
             return None
+        share = ShareRequest(spec.share, spec.shared_gpu) if spec.share else None
         try:
-            grant = self.executor.agent.prepare(self.container_id, spec.gpus, spec.container,
+            grant = self.executor.agent.prepare(self.container_id, spec.whole_gpus,
+                                                spec.container,
                                                 task=TaskLabels(
                                                     self.task_id,
                                                     os.environ.get("MESOS_FRAMEWORK_ID", ""),
                                                     os.environ.get("MESOS_EXECUTOR_ID", ""),
-                                                    spec.app_id))
+                                                    spec.app_id),
+                                                share=share)
         except AgentError as e:
             retry = e.status in (409, 503)
             raise TaskFailure(f"the agent daemon could not give {spec.gpus} GPU(s): {e}",
                               retry=retry) from None
         self.prepared = True
-        log.info("task %s: container %s holds GPUs %s", self.task_id, self.container_id,
-                 [g.index for g in grant.gpus])
+        log.info("task %s: container %s holds GPUs %s%s", self.task_id, self.container_id,
+                 [g.index for g in grant.gpus],
+                 f" (a {grant.share.fraction:g} share, {grant.share.sharing})"
+                 if grant.share else "")
         return grant
 
     def _isolate(self, spec: TaskSpec, created: Union[str, int]) -> None:

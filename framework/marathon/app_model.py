@@ -157,7 +157,23 @@ def _read_resources(r: Reader, body: dict, app: dict) -> None:
     app["cpus"] = r.optional(body, "cpus", "/", lambda x, p: r.number(x, p, 0.001), DEFAULTS["cpus"])
     app["mem"] = r.optional(body, "mem", "/", lambda x, p: r.number(x, p, 0.0), DEFAULTS["mem"])
     app["disk"] = r.optional(body, "disk", "/", lambda x, p: r.number(x, p, 0.0), DEFAULTS["disk"])
-    app["gpus"] = r.optional(body, "gpus", "/", lambda x, p: r.integer(x, p, 0), DEFAULTS["gpus"])
+    app["gpus"] = r.optional(body, "gpus", "/", lambda x, p: _gpus(r, x, p), DEFAULTS["gpus"])
+
+
+def _gpus(r: Reader, value: Any, path: str) -> Any:
+    """Whole GPUs (an integer), or a share of one shared GPU (above 0, below 1; where
+    it may run is the offers' business: an app no agent can take waits, saying why).
+    A fraction above 1 is refused: a share never spans GPUs."""
+    number = r.number(value, path, 0.0)
+    if number is None:
+        return None
+    if 0 < number < 1:
+        return number
+    if not number.is_integer():
+        r.v.rule(path, f"gpus {value} is neither a whole number of GPUs nor a share of one "
+                       "GPU (a fraction below 1, e.g. 0.25): a share never spans GPUs")
+        return None
+    return r.integer(value, path, 0)
 
 
 def _read_scheduling(r: Reader, body: dict, app: dict) -> None:

@@ -31,6 +31,13 @@ Tasks asking for no port pay nothing for this.
 GPU health: offered GPUs the agent daemon reports not healthy and free
 (framework.health.gpu_health) are taken off the offer before anything is placed.
 
+Shared GPUs: a task asking for a share (0 < gpus < 1) goes only on an agent's
+gpu_shares_<index> resources (one per shared GPU, in slots of the agent's
+gpu_share_granularity; isolator/sharing/plan.py), never on whole `gpus`; its
+share must be a whole number of slots and at most the agent's gpu_share_max.
+Within an offer it takes the fullest GPU it fits on (emptier GPUs stay free for
+larger shares); which one is in its slot's `shared` (task id -> index, slots).
+
 Image variants: given a `variants` selector (framework.images.variant_selection),
 a task whose image it knows goes only to offers whose agent can run one of
 the image's variants; tasks of one image group together, and which variant
@@ -44,6 +51,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence
 from framework.tasks.constraints import Constraint, PlacedValues, meets, offer_fields
 from framework.tasks.ports import PortRanges, wanted
 from framework.tasks.task_spec import TaskSpec, TaskSpecError
+from isolator.api import GRANULARITY_ATTRIBUTE, MAX_SHARE_ATTRIBUTE, SHARE_RESOURCE_PREFIX
 
 if TYPE_CHECKING:
     from framework.images.variant_selection import Selector
@@ -87,6 +95,27 @@ class OfferSlot:
     tasks: list[TaskSpec] = field(default_factory=list)
     ports: PortRanges = field(default_factory=PortRanges)
     host_ports: dict[str, tuple] = field(default_factory=dict)   # task id -> its host ports
+    shares: dict[int, int] = field(default_factory=dict)   # shared GPU index -> free slots
+    shared: dict[str, tuple] = field(default_factory=dict)  # task id -> (GPU index, slots)
+
+    @property
+    def holds_gpus(self) -> bool:
+        """Whole GPUs or slots of a shared GPU left: an offer for GPU work."""
+        return self.gpus > 0 or any(self.shares.values())
+
+    def slots_for(self, fraction: float) -> int:
+        """The slots a share of `fraction` takes on this agent's shared GPUs; 0 when it
+        cannot go here (no shared GPU, not a multiple of the granularity, above the
+        largest share)."""
+        try:
+            granularity = float(self.fields.get(GRANULARITY_ATTRIBUTE, ""))
+            largest = float(self.fields.get(MAX_SHARE_ATTRIBUTE, "1"))
+        except ValueError:
+            return 0
+        if not granularity > 0 or fraction > largest + 1e-9:
+            return 0
+        slots = fraction / granularity
+        return round(slots) if abs(slots - round(slots)) < 1e-6 and round(slots) >= 1 else 0
 
     @classmethod
     def from_offer(cls, offer: Mapping[str, Any], order: int = 0,
@@ -99,7 +128,36 @@ class OfferSlot:
                    mem=round(amounts.get("mem", 0.0) * _MILLI),
                    disk=round(amounts.get("disk", 0.0) * _MILLI),
                    gpus=max(0, int(amounts.get("gpus", 0.0)) - unusable_gpus),
-                   fields=offer_fields(offer), order=order, ports=PortRanges.from_offer(offer))
+                   fields=offer_fields(offer), order=order, ports=PortRanges.from_offer(offer),
+                   shares=shares_of(amounts))
+
+
+def share_reason(fraction: float, offers: Sequence[Mapping[str, Any]]) -> Optional[str]:
+    """Why no offer can take a share of `fraction` for good (None: some agent could,
+    once it has slots free): no shared GPU offered, or none whose granularity and
+    largest share allow this fraction."""
+    slots = [OfferSlot.from_offer(o) for o in offers]
+    sharing = [s for s in slots if GRANULARITY_ATTRIBUTE in s.fields]
+    if not sharing:
+        return (f"gpus {fraction:g} is a share of a GPU and no offered agent has a shared "
+                "GPU (mesos-gpu agent --shared_gpus)")
+    if not any(s.slots_for(fraction) for s in sharing):
+        allowed = sorted({(s.fields.get(GRANULARITY_ATTRIBUTE), s.fields.get(MAX_SHARE_ATTRIBUTE))
+                          for s in sharing})
+        return (f"gpus {fraction:g}: no offered agent shares GPUs in that size (their "
+                "granularity and largest share: "
+                + ", ".join(f"{g} up to {m}" for g, m in allowed) + ")")
+    return None
+
+
+def shares_of(amounts: Mapping[str, float]) -> dict[int, int]:
+    """Shared GPU index -> slots offered, from the gpu_shares_<index> resources."""
+    out = {}
+    for name, value in amounts.items():
+        index = name[len(SHARE_RESOURCE_PREFIX):] if name.startswith(SHARE_RESOURCE_PREFIX) else ""
+        if index.isdigit() and value >= 1:
+            out[int(index)] = int(value)
+    return out
 
 
 def unreserved_scalars(offer: Mapping[str, Any]) -> dict[str, float]:
@@ -125,6 +183,7 @@ class _Shape:
     gpus: int
     ports: int = 0                     # ports of any number
     fixed_ports: tuple[int, ...] = ()  # ports of a given number
+    share: float = 0.0                 # a share of one shared GPU
 
 
 @dataclass
@@ -150,6 +209,13 @@ class MatchResult:
         out: dict[str, tuple] = {}
         for offer_id in self.placements:
             out.update(self.slots[offer_id].host_ports)
+        return out
+
+    def shared_gpus(self) -> dict[str, tuple]:
+        """Task id -> (shared GPU index, slots) for the tasks placed on a share."""
+        out: dict[str, tuple] = {}
+        for offer_id in self.placements:
+            out.update(self.slots[offer_id].shared)
         return out
 
 
@@ -210,7 +276,8 @@ class _Round:
             dynamic = tuple(c for c in spec.constraints if not _is_static(c))
             any_ports, fixed_ports = wanted(spec.ports) if spec.ports else (0, ())
             shape = _Shape(round(spec.cpus * _MILLI), round(spec.mem * _MILLI),
-                           round(spec.disk * _MILLI), spec.gpus, any_ports, fixed_ports)
+                           round(spec.disk * _MILLI), spec.whole_gpus, any_ports, fixed_ports,
+                           spec.share)
             behavior = gpu_behavior(spec, self.matcher.gpu_scheduling) if not spec.gpus else ""
             app = spec.app_id if dynamic else ""
             image = spec.image if self.variants is not None \
@@ -225,11 +292,13 @@ class _Round:
     # -- which offers a group may use at all -----------------------------------------
 
     def _eligible(self, group: _Group) -> list[OfferSlot]:
-        key = (group.static, group.shape.gpus > 0, group.image)
+        key = (group.static, group.shape.gpus > 0, group.shape.share, group.image)
         found = self.eligible_cache.get(key)
         if found is None:
             found = [s for s in self.slots
-                     if (s.gpus > 0 or not group.shape.gpus) and self._static_ok(group.static, s)]
+                     if (s.gpus > 0 or not group.shape.gpus)
+                     and (not group.shape.share or s.slots_for(group.shape.share))
+                     and self._static_ok(group.static, s)]
             if group.image is not None:
                 found = [s for s in found if self.variants.servable(group.image, s.fields)]
             self.eligible_cache[key] = found
@@ -258,7 +327,7 @@ class _Round:
 
     def _fits(self, slot: OfferSlot, shape: _Shape, behavior: str) -> int:
         """How many tasks of this shape the slot can still take (0: none)."""
-        if behavior == RESTRICTED and slot.gpus > 0:
+        if behavior == RESTRICTED and slot.holds_gpus:
             return 0
         most = _UNLIMITED
         if shape.cpus:
@@ -269,6 +338,9 @@ class _Round:
             most = min(most, slot.disk // shape.disk)
         if shape.gpus:
             most = min(most, slot.gpus // shape.gpus)
+        if shape.share:
+            need = slot.slots_for(shape.share)
+            most = min(most, sum(free // need for free in slot.shares.values()) if need else 0)
         if shape.fixed_ports:             # a given port can be taken once
             if not slot.ports.has_all(shape.fixed_ports):
                 return 0
@@ -288,6 +360,13 @@ class _Round:
         if taken and taken[0].ports:
             for spec in taken:
                 slot.host_ports[spec.id] = slot.ports.take(spec.ports)
+        if shape.share:
+            need = slot.slots_for(shape.share)
+            for spec in taken:        # the fullest GPU it fits on, then the lowest index
+                index = min((i for i, free in slot.shares.items() if free >= need),
+                            key=lambda i: (slot.shares[i], i))
+                slot.shares[index] -= need
+                slot.shared[spec.id] = (index, need)
         for constraint in group.dynamic:
             values = self._placed(group.app_id, constraint.field)
             for _ in range(count):
@@ -307,7 +386,7 @@ class _Round:
                 self._take(slot, group, min(count, len(group.tasks)))
                 if self._fits(slot, group.shape, group.behavior):
                     break  # the group ran out before the offer did
-            elif group.behavior == RESTRICTED and slot.gpus > 0:
+            elif group.behavior == RESTRICTED and slot.holds_gpus:
                 restricted_skipped = True  # not "full": a later GPU task may empty it
             if not restricted_skipped:
                 start = index + 1

@@ -55,7 +55,7 @@ from framework.tasks.constraints import offer_fields
 from framework.health.gpu_health import GpuHealthView
 from framework.scheduling.driver_supervisor import DriverSupervisor
 from framework.images.image_resolver import FAILED, READY, ImageResolver
-from framework.scheduling.matching import RESTRICTED, Matcher, gpu_behavior
+from framework.scheduling.matching import RESTRICTED, Matcher, gpu_behavior, share_reason
 from framework.scheduling.mesos_driver import MISSED_HEARTBEATS, SchedulerDriver, master_address
 from framework.state.state_store import SchedulerStore, StoreError
 from framework.scheduling.task_record import (PENDING, RECORD_KIND, RETRYABLE_STATES, RUNNING,
@@ -67,6 +67,7 @@ log = logging.getLogger(__name__)
 
 WAITING_FOR_OFFER = "waiting for a matching offer"
 _NO_VARIANT = "waiting: no offered agent"     # framework.images.variant_selection.unservable_reason
+_NO_SHARE = "waiting: gpus "                  # matching.share_reason
 MAINTENANCE_INTERVAL = 1.0
 RECONCILE_RETRY_SECONDS = 1.0   # first re-ask for unanswered tasks; doubles each time
 RECONCILE_RETRY_MAX_SECONDS = 60.0
@@ -244,7 +245,7 @@ class GpuScheduler:
             self._records[spec.id] = record
             self._request_variant(record)
             copy = record.copy()
-        log.info("task %s queued (%s, %g cpus, %g MB, %d GPUs)", spec.id, spec.container,
+        log.info("task %s queued (%s, %g cpus, %g MB, %g GPUs)", spec.id, spec.container,
                  spec.cpus, spec.mem, spec.gpus)
         self._revive()
         self._notify(copy)
@@ -361,7 +362,7 @@ class GpuScheduler:
                                         self.gpu_health.unusable())
             by_id = {o["id"]["value"]: o for o in offers}
             launches = self._record_launches(result.placements, by_id, selector,
-                                             result.host_ports())
+                                             result.host_ports(), result.shared_gpus())
             changed += [self._records[t["name"]].copy() for tasks in launches.values()
                         for t in tasks]                   # now TASK_STAGING
             changed += self._explain_unplaced(result.unplaced, offers, selector)
@@ -429,8 +430,8 @@ class GpuScheduler:
         """agent id -> GPUs our launched tasks hold there."""
         held: Counter = Counter()
         for record in self._records.values():
-            if record.launched and record.agent_id and record.spec.gpus:
-                held[record.agent_id] += record.spec.gpus
+            if record.launched and record.agent_id and record.spec.whole_gpus:
+                held[record.agent_id] += record.spec.whole_gpus
         return held
 
     def _placed_by_app(self) -> dict[str, list[dict[str, str]]]:
@@ -442,15 +443,18 @@ class GpuScheduler:
 
     def _record_launches(self, placements: Mapping[str, list[TaskSpec]],
                          offers: Mapping[str, dict], selector: Any = None,
-                         host_ports: Optional[Mapping[str, tuple]] = None) -> dict[str, list[dict]]:
+                         host_ports: Optional[Mapping[str, tuple]] = None,
+                         shared: Optional[Mapping[str, tuple]] = None) -> dict[str, list[dict]]:
         """Mark placed tasks TASK_STAGING in the store (before the ACCEPT goes
-        out) and build their TaskInfos (`host_ports`: the ports each task took)."""
+        out) and build their TaskInfos (`host_ports`: the ports each task took;
+        `shared`: the shared GPU and slots each share took)."""
         framework_id = self.store.framework_id() or ""
         launches: dict[str, list[dict]] = {}
         before = {spec.id: self._records[spec.id].copy()
                   for specs in placements.values() for spec in specs}
         try:
-            self._stage(placements, offers, framework_id, launches, selector, host_ports or {})
+            self._stage(placements, offers, framework_id, launches, selector, host_ports or {},
+                        shared or {})
         except StoreError as e:
             # Nothing was written: the tasks wait for the next offer, as they were.
             log.error("not launching %d task(s): %s", len(before), e)
@@ -464,7 +468,7 @@ class GpuScheduler:
 
     def _stage(self, placements: Mapping[str, list[TaskSpec]], offers: Mapping[str, dict],
                framework_id: str, launches: dict[str, list[dict]], selector: Any,
-               host_ports: Mapping[str, tuple]) -> None:
+               host_ports: Mapping[str, tuple], shared: Mapping[str, tuple]) -> None:
         with self.store.transaction():
             for offer_id, specs in placements.items():
                 offer = offers[offer_id]
@@ -486,6 +490,8 @@ class GpuScheduler:
                     if spec.ports:
                         launch = launch.placed(host_ports[spec.id], offer.get("hostname", ""))
                     record.ports = [p for p in launch.host_ports if p is not None]
+                    if spec.share:
+                        launch = launch.on_shared_gpu(*shared[spec.id])
                     self._set_state(record, "TASK_STAGING", f"launching on {record.hostname}" + (
                         f" as {launch.image}" if launch.variant else ""))
                     launches.setdefault(offer_id, []).append(taskinfo.build(
@@ -725,21 +731,27 @@ class GpuScheduler:
 
     def _explain_unplaced(self, unplaced: list[TaskSpec], offers: list[dict],
                           selector: Any) -> list[TaskRecord]:
-        """A task of an image no offered agent can run any variant of says so."""
-        if selector is None:
-            return []
-        reasons: dict[str, Optional[str]] = {}
+        """A task of an image no offered agent can run any variant of says so; so does
+        a share no offered agent has a shared GPU of that size for."""
+        reasons: dict[Any, Optional[str]] = {}
         changed = []
         for spec in unplaced:
-            if not selector.handles(spec.image):
+            if spec.share:
+                key: Any = ("share", spec.share)
+                if key not in reasons:
+                    reasons[key] = share_reason(spec.share, offers)
+            elif selector is not None and selector.handles(spec.image):
+                key = spec.image
+                if key not in reasons:
+                    reasons[key] = selector.reason(spec.image, [offer_fields(o) for o in offers])
+            else:
                 continue
-            if spec.image not in reasons:
-                reasons[spec.image] = selector.reason(spec.image, [offer_fields(o) for o in offers])
-            reason = reasons[spec.image]
+            reason = reasons[key]
             record = self._records[spec.id]
             if reason:
                 message = f"waiting: {reason}"
-            elif record.message.startswith(_NO_VARIANT):
+            elif record.message.startswith(_NO_VARIANT) or record.message.startswith(
+                    _NO_SHARE):
                 message = WAITING_FOR_OFFER         # an agent runs one now: no longer the reason
             else:
                 continue

@@ -38,7 +38,10 @@ class TaskSpec:
     `container` is DOCKER (image required; run by the Docker engine) or MESOS
     (the unified containerizer: a plain command, or a Docker image's root
     filesystem). `cmd` is a shell command; `args` an argv (exec'd directly, or
-    appended to the image's entrypoint). `gpus` is a whole number of GPUs.
+    appended to the image's entrypoint). `gpus` is a whole number of GPUs, or a
+    share of one shared GPU (0 < gpus < 1, see isolator/sharing/plan.py); the
+    scheduler sets `shared_gpu` (its NVML index) and `share_slots` on the launched
+    copy of a share, from the offer's gpu_shares_<index> resource.
     `constraints` takes Marathon's `[field, OPERATOR(, value)]` lists and keeps
     them parsed.
 
@@ -59,7 +62,7 @@ class TaskSpec:
     cpus: float = 1.0
     mem: float = 128.0
     disk: float = 0.0
-    gpus: int = 0
+    gpus: float = 0
     constraints: tuple[Constraint, ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
     # Set by the scheduler on the launched copy when `image` was resolved in a
@@ -77,6 +80,17 @@ class TaskSpec:
     user: Optional[str] = None
     force_pull: bool = False
     kill_grace: Optional[float] = None
+    shared_gpu: Optional[int] = None
+    share_slots: int = 0
+
+    @property
+    def share(self) -> float:
+        """The share of one shared GPU it asks for (0: none, whole GPUs or no GPU)."""
+        return self.gpus if 0 < self.gpus < 1 else 0.0
+
+    @property
+    def whole_gpus(self) -> int:
+        return 0 if self.share else int(self.gpus)
 
     def __post_init__(self) -> None:
         self._set("id", _check_id(self.id, "id"))
@@ -105,6 +119,11 @@ class TaskSpec:
                 raise TaskSpecError(f"{name}: must be true or false, got {getattr(self, name)!r}")
         if self.kill_grace is not None:
             self._set("kill_grace", _check_amount(self.kill_grace, "kill_grace"))
+        if self.shared_gpu is not None and (not self.share or isinstance(self.shared_gpu, bool)
+                                            or not isinstance(self.shared_gpu, int)
+                                            or self.shared_gpu < 0):
+            raise TaskSpecError(f"shared_gpu: {self.shared_gpu!r} is for a task asking for a "
+                                "share of a GPU (gpus between 0 and 1), as an NVML index")
         self._check_command()
 
     def _set(self, name: str, value: Any) -> None:
@@ -150,6 +169,13 @@ class TaskSpec:
         placed.__dict__.update(self.__dict__, host_ports=assigned, env=env)
         return placed
 
+    def on_shared_gpu(self, index: int, slots: int) -> "TaskSpec":
+        """This task placed on the shared GPU of NVML index `index`, taking `slots` of
+        the offer's gpu_shares_<index> resource."""
+        placed = object.__new__(TaskSpec)
+        placed.__dict__.update(self.__dict__, shared_gpu=index, share_slots=slots)
+        return placed
+
     def to_json(self) -> dict[str, Any]:
         """Plain JSON (constraints as Marathon lists), for the state store."""
         # field by field: asdict() deep-copies each value, and every launch pays for it
@@ -184,18 +210,24 @@ class TaskSpec:
 _COMPOUND = ("ports", "fetch", "volumes")
 _PLAIN_DEFAULTS = {"host_ports": [], "network": HOST, "health_check": None,
                    "docker_parameters": [], "privileged": False, "user": None,
-                   "force_pull": False, "kill_grace": None}
+                   "force_pull": False, "kill_grace": None, "shared_gpu": None,
+                   "share_slots": 0}
 
 
-def check_gpus(value: Any, name: str = "gpus") -> int:
-    """A whole, non-negative number of GPUs (1.0 is 1; 0.5, -1, true and "1" are refused)."""
+def check_gpus(value: Any, name: str = "gpus") -> float:
+    """A whole, non-negative number of GPUs (1.0 is 1), or a share of one shared GPU
+    above 0 and below 1 (0.25); 1.5, -1, true and "1" are refused."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TaskSpecError(f"{name}: must be a whole number of GPUs, got {value!r}")
-    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
-        raise TaskSpecError(f"{name}: must be a whole number of GPUs, got {value!r} "
-                            f"(fractional GPUs are not supported)")
+        raise TaskSpecError(f"{name}: must be a number of GPUs, got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise TaskSpecError(f"{name}: must be a number of GPUs, got {value!r}")
     if value < 0:
         raise TaskSpecError(f"{name}: must be 0 or more, got {value!r}")
+    if 0 < value < 1:
+        return float(value)                 # a share of one shared GPU
+    if isinstance(value, float) and not value.is_integer():
+        raise TaskSpecError(f"{name}: {value!r} is neither a whole number of GPUs nor a share "
+                            "of one GPU (a fraction below 1): a share never spans GPUs")
     return int(value)
 
 

@@ -32,7 +32,7 @@ from typing import Any, Mapping, Optional
 from framework.tasks.ports import ranges_resource
 from framework.tasks.task_spec import BRIDGE, DOCKER, TaskSpec
 from isolator.api import CONTAINER_LABEL, DEFAULT_SOCKET as DEFAULT_AGENT_SOCKET  # noqa: F401
-from isolator.api import SOCKET_ENV as AGENT_SOCKET_ENV
+from isolator.api import SHARE_RESOURCE_PREFIX, SOCKET_ENV as AGENT_SOCKET_ENV
 
 # Labels the executor puts on its status updates, read by the scheduler.
 GPUS_LABEL = "mesos-gpu.gpus"              # granted GPU UUIDs, comma-separated
@@ -71,6 +71,12 @@ class ExecutorSettings:
         return env
 
 
+def resource_name(index: int) -> str:
+    """The Mesos resource of one shared GPU, as `mesos-gpu agent flags` names it
+    (isolator/sharing/plan.py)."""
+    return f"{SHARE_RESOURCE_PREFIX}{index}"
+
+
 def scalar(name: str, value: float) -> dict[str, Any]:
     return {"name": name, "type": "SCALAR", "scalar": {"value": value}}
 
@@ -79,8 +85,10 @@ def task_resources(spec: TaskSpec) -> list[dict[str, Any]]:
     """cpus, mem, disk and gpus as the task asks (zero amounts left out: Mesos
     refuses empty scalars)."""
     amounts = (("cpus", spec.cpus), ("mem", spec.mem), ("disk", spec.disk),
-               ("gpus", float(spec.gpus)))
+               ("gpus", float(spec.whole_gpus)))
     resources = [scalar(name, value) for name, value in amounts if value > 0]
+    if spec.share and spec.shared_gpu is not None:     # the slots of the GPU it was placed on
+        resources.append(scalar(resource_name(spec.shared_gpu), float(spec.share_slots)))
     ports = ranges_resource(spec.host_ports)
     if ports is not None:
         resources.append(ports)

@@ -157,19 +157,29 @@ class NodesView:
         GPUs of tasks whose UUIDs are not reported yet, then free GPUs no task
         has had (no UUID)."""
         holder: Dict[str, TaskRecord] = {}
+        tenants: Dict[str, List[TaskRecord]] = {}     # a shared GPU's tasks, by its UUID
         unreported: List[TaskRecord] = []
         for task in tasks:
+            if task.spec.share:
+                for uuid in task.gpus:
+                    tenants.setdefault(uuid, []).append(task)
+                continue                  # a share not reported yet has no tile of its own
             for uuid in task.gpus:
                 holder[uuid] = task
-            unreported += [task] * max(0, task.spec.gpus - len(task.gpus))
-        uuids = list(dict.fromkeys(list(agent.uuids) + list(holder) + list(details)))
+            unreported += [task] * max(0, task.spec.whole_gpus - len(task.gpus))
+        uuids = list(dict.fromkeys(list(agent.uuids) + list(holder) + list(tenants)
+                                   + list(details)))
         tiles: List[dict] = []               # the known GPUs, in the order first seen
         for uuid in uuids:
             tile: Dict[str, Any] = {"uuid": uuid}
             tile.update({k: details[uuid][k] for k in DETAIL_FIELDS
                          if k in details.get(uuid, {})})
             task = holder.get(uuid)
-            if task is not None:
+            if uuid in tenants:
+                tile.update(state="shared", tenants=[
+                    {"taskId": t.id, "appId": t.app_id, "share": t.spec.share,
+                     "taskState": t.state} for t in tenants[uuid]])
+            elif task is not None:
                 tile.update(state="held", taskId=task.id, appId=task.app_id, taskState=task.state)
                 tile.update(_usage(task, uuid))
             elif _sick(tile):
@@ -180,7 +190,8 @@ class NodesView:
         tiles += [{"uuid": None, "state": "held", "taskId": task.id, "appId": task.app_id,
                    "taskState": task.state} for task in unreported]
         known_free = sum(1 for t in tiles if t["state"] == "free")
-        free = max(0, agent.gpus - (len(tiles) - known_free))
+        shared = sum(1 for t in tiles if t["state"] == "shared")   # not in the gpus count
+        free = max(0, agent.gpus - (len(tiles) - known_free - shared))
         if known_free > free:
             # more GPUs known than free ones counted (some are used outside this
             # framework): which ones are free cannot be told

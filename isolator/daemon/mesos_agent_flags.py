@@ -37,7 +37,8 @@ from collections import Counter
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-from isolator.api import METRICS_PORT_ATTRIBUTE
+from isolator.api import (GRANULARITY_ATTRIBUTE, MAX_SHARE_ATTRIBUTE, METRICS_PORT_ATTRIBUTE,
+                          SHARING_ATTRIBUTE)
 from isolator.daemon.flags import FlagError, parse_resources
 from isolator.discovery.gpu import Gpu, Inventory
 from isolator.discovery.platform_features import ATTRIBUTE as PLATFORM_ATTRIBUTE, NodePlatform
@@ -78,8 +79,8 @@ def _cc_key(cc: str):
 # of them (in a flag file or $MESOS_ATTRIBUTES) is replaced, never kept as the operator's.
 ATTRIBUTE_NAMES = ("gpu_type", "gpu_model", "gpu_types", "gpu_memory_mb",
                    "gpu_compute_capability", "nvidia_driver", "cuda_driver", PLATFORM_ATTRIBUTE,
-                   METRICS_PORT_ATTRIBUTE, "gpu_sharing", "gpu_share_granularity",
-                   "gpu_share_max")
+                   METRICS_PORT_ATTRIBUTE, SHARING_ATTRIBUTE, GRANULARITY_ATTRIBUTE,
+                   MAX_SHARE_ATTRIBUTE)
 
 
 def _ours(name: str) -> bool:
@@ -91,8 +92,9 @@ def share_attributes(shares: Optional[SharePlan]) -> List[str]:
     if shares is None or not shares.gpus:
         return []
     first = next(iter(shares.gpus.values()))
-    return [f"gpu_sharing:{first.sharing}", f"gpu_share_granularity:{first.granularity:g}",
-            f"gpu_share_max:{min(first.max_share, 1.0):g}"]
+    return [f"{SHARING_ATTRIBUTE}:{first.sharing}",
+            f"{GRANULARITY_ATTRIBUTE}:{first.granularity:g}",
+            f"{MAX_SHARE_ATTRIBUTE}:{min(first.max_share, 1.0):g}"]
 
 
 def share_resources(shares: Optional[SharePlan]) -> List[str]:

@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from typing import Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
 from common.errors import UserError
-from isolator.api import SHARING_MODES, ShareRequest
+from isolator.api import SHARE_RESOURCE_PREFIX, SHARING_MODES, ShareRequest
 from isolator.discovery.gpu import Gpu
 from isolator.errors import BadRequest, Conflict
 
-RESOURCE_PREFIX = "gpu_shares_"          # + NVML index: the Mesos resource of one shared GPU
+RESOURCE_PREFIX = SHARE_RESOURCE_PREFIX  # + NVML index: the Mesos resource of one shared GPU
 DEFAULT_GRANULARITY = 0.25
 MAX_SLOTS = 100                          # MPS takes whole SM percentages
 EPSILON = 1e-9

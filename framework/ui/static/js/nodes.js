@@ -105,6 +105,16 @@
       body.push(h("span", { class: "task", title: gpu.taskId }, taskShort(gpu.taskId)));
       body.push(h("span", { class: "task-state" }, stateWord(gpu.taskState)));
       if (!gpu.uuid) body.push(h("span", { class: "note" }, "UUID not reported yet"));
+    } else if (gpu.state === "shared") {
+      // a shared GPU: each tenant with its share (isolator/sharing)
+      const tenants = gpu.tenants || [];
+      label.push(`shared by ${tenants.map((t) => `task ${t.taskId} (${t.share})`).join(", ")}`);
+      body.push(h("span", { class: "state-word" }, `shared · ${tenants.length}`));
+      for (const t of tenants) {
+        body.push(h("span", { class: "tenant", dataset: { task: t.taskId } },
+          h("a", { class: "app", href: `#/apps${t.appId}` }, t.appId),
+          ` ${t.share} `, h("span", { class: "task", title: t.taskId }, taskShort(t.taskId))));
+      }
     } else if (state === "unhealthy") {
       // "probing": the daemon's self-check runs before it gives the GPU again
       const word = gpu.health === "probing" ? "probing" : "unhealthy";
