@@ -213,7 +213,8 @@ def gpus_resource(resources: Optional[str]) -> Optional[int]:
         n = -1.0
     if n < 0 or not n.is_integer():
         raise FlagError(f"--resources={resources}: the 'gpus' resource must be a "
-                        f"non-negative integer, got '{values[0]}' (GPUs are not shared)")
+                        f"non-negative integer, got '{values[0]}' (whole GPUs; shared ones are "
+                        "--shared_gpus)")
     return int(n)
 
 

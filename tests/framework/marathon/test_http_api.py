@@ -50,7 +50,7 @@ def test_create_show_list_with_marathon_shapes(api):
     (app("/Bad_Id"), "/id", "must fully match regular expression"),
     (app("/a/restart"), "/id", "must not end with any of the following reserved keywords"),
     (app(gpus=-1), "/gpus", "error.min"),
-    (app(gpus=1.5), "/gpus", "error.expected.int"),
+    (app(gpus=1.5), "/gpus", "neither a whole number of GPUs nor a share of one GPU"),
     (app(cpus="1"), "/cpus", "error.expected.jsnumber"),
     (app(instances=True), "/instances", "error.expected.jsnumber"),
     (app(args=["x"]), "/", "AppDefinition must either contain one of 'cmd' or 'args'"),

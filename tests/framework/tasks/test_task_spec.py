@@ -13,13 +13,13 @@ def spec(**kw):
 
 
 @pytest.mark.parametrize("gpus, words", [
-    (0.5, "gpus: must be a whole number of GPUs, got 0.5 (fractional"),
-    (1.25, "fractional GPUs are not supported"),
+    (1.25, "gpus: 1.25 is neither a whole number of GPUs nor a share of one GPU"),
     (-1, "gpus: must be 0 or more, got -1"),
     (-2.0, "gpus: must be 0 or more"),
-    (True, "gpus: must be a whole number"),
-    ("1", "gpus: must be a whole number"),
-    (float("nan"), "gpus: must be a whole number"),
+    (-0.5, "gpus: must be 0 or more"),
+    (True, "gpus: must be a number of GPUs"),
+    ("1", "gpus: must be a number of GPUs"),
+    (float("nan"), "gpus: must be a number of GPUs"),
 ])
 def test_bad_gpus_are_refused(gpus, words):
     with pytest.raises(TaskSpecError) as caught:

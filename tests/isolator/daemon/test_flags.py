@@ -123,7 +123,7 @@ def test_agent_flags_with_selected_devices_and_errors(mesos_gpu_cli):
     assert r.returncode == 2
     assert r.stderr.strip().splitlines()[-1] == (
         "mesos-gpu agent: error: --resources=gpus:1.5: the 'gpus' resource must be a "
-        "non-negative integer, got '1.5' (GPUs are not shared)")
+        "non-negative integer, got '1.5' (whole GPUs; shared ones are --shared_gpus)")
 
 
 def test_agent_help_documents_every_flag_and_the_mixed_encoding(mesos_gpu_cli):
