@@ -179,3 +179,21 @@ def test_bad_sharing_flags_are_refused_by_name(daemon_factory, work_dir, extra, 
     agent = daemon_factory("v100x8", extra=extra, start=False, work_dir=work_dir)
     assert agent.run_to_exit() != 0
     assert message in agent.log()
+
+
+def test_agent_flags_advertise_each_shared_gpu_as_a_resource_of_its_own(mesos_gpu_cli):
+    from localcluster import fake_nvml
+    env = {**fake_nvml.layout("v100x8").env(), "PYTHONPATH": os.getcwd()}
+    r = mesos_gpu_cli("agent", "flags", "--shared_gpus", "6,7", "--mps_max_share", "0.75",
+                      "--resources", "cpus:8;gpu_shares_5:9", env=env)
+    assert r.returncode == 0, r.stderr
+    resources, attributes = r.stdout.splitlines()
+    # the whole GPUs are 6 of 8; each shared GPU in slots; an old gpu_shares_* is ours, dropped
+    assert resources == "--resources=cpus:8;gpus:6;gpu_shares_6:4;gpu_shares_7:4"
+    assert ";gpu_sharing:mps;gpu_share_granularity:0.25;gpu_share_max:0.75;" in attributes
+    r = mesos_gpu_cli("agent", "flags", "--shared_gpus", "1", "--sharing", "time-slicing",
+                      "--share_granularity", "0.5", env=env)
+    assert r.stdout.splitlines()[0].endswith("gpus:7;gpu_shares_1:2")
+    assert "gpu_sharing:time-slicing;gpu_share_granularity:0.5;gpu_share_max:1" in r.stdout
+    r = mesos_gpu_cli("agent", "flags", "--shared_gpus", "9", env=env)
+    assert r.returncode != 0 and "--shared_gpus=9: GPU 9 is not managed" in r.stderr
