@@ -53,7 +53,8 @@ class GpuNode:
                  volume: bool = True, cpuinfo: Optional[str] = None,
                  metrics_address: Optional[str] = None,
                  daemon_args: Sequence[str] = (),
-                 driver_root: Optional[Path] = None) -> None:
+                 driver_root: Optional[Path] = None,
+                 share_args: Sequence[str] = ()) -> None:
         self.layout = layout
         self.driver_root = driver_root  # the host's driver files (default: the Debian 535 tree)
         self.cpuinfo = cpuinfo          # a recorded /proc/cpuinfo: the node's simulated CPU
@@ -68,6 +69,9 @@ class GpuNode:
         self.client = AgentClient(str(self.socket), timeout=30)
         self.metrics_address = metrics_address
         self.daemon_args = list(daemon_args)
+        # --shared_gpus and its siblings: given to the daemon and to `agent flags` alike,
+        # so the Mesos agent offers the shares the daemon gives
+        self.share_args = list(share_args)
         self.nvml = Control(self.dir / "nvml.control") if self.simulated else None
 
     @property
@@ -99,7 +103,7 @@ class GpuNode:
     def start(self) -> "GpuNode":
         args = ["agent", "--work_dir", str(self.work_dir), "--cgroups_root", self.cgroups_root,
                 "--docker_socket", self.docker_host or "none", "--ledger_flush_interval", "0.2",
-                *self._metrics_flag(), *self.daemon_args]
+                *self._metrics_flag(), *self.share_args, *self.daemon_args]
         if self.simulated:
             device_nodes.make_device_nodes(self.dev_dir, self.minors)
             args += ["--dev_dir", str(self.dev_dir), "--device_cgroup", "v1"]
@@ -150,7 +154,8 @@ class GpuNode:
 
     def flags(self, cpus: float = 4, mem: int = 4096) -> tuple[str, str]:
         """(MESOS_RESOURCES, MESOS_ATTRIBUTES) from `mesos-gpu agent flags`."""
-        out = subprocess.run(MESOS_GPU + ["agent", "flags", *self._metrics_flag()],
+        out = subprocess.run(MESOS_GPU + ["agent", "flags", *self._metrics_flag(),
+                                          *self.share_args],
                              env=self.env(), check=True, capture_output=True, text=True).stdout
         resources = re.search(r"--resources=(\S+)", out).group(1)
         attributes = re.search(r"--attributes=(\S+)", out).group(1)
@@ -170,11 +175,23 @@ class GpuNode:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self._end_mps_control_daemons()
         host = cgroup_host.detect()
         for mount in (host.devices_v1, host.unified):
             if mount:
                 remove_cgroup_tree(Path(mount) / self.cgroups_root)
         subprocess.run(["rm", "-rf", str(self.dir)], check=False)
+
+    def _end_mps_control_daemons(self) -> None:
+        """The MPS control daemons the daemon started outlive it on purpose (its
+        restart keeps them); the node's end is theirs too (by the pid each wrote)."""
+        for pid_file in (self.work_dir / "mps").glob("nvidia*/control.pid"):
+            try:
+                pid = int(pid_file.read_text())
+                if b"nvidia-cuda-mps-control" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    os.kill(pid, signal.SIGKILL)
+            except (OSError, ValueError):
+                pass
 
     def __enter__(self) -> "GpuNode":
         return self.start()

@@ -39,7 +39,7 @@ from isolator.api import (DOCKER, MESOS, Cleanup, CleanupRequest, Grant, GpuFaul
                           NodeHealth, PrepareRequest, ProcessUsage, UpdateRequest, Usage,
                           Volume, check_container_id)
 from isolator.sharing.mps_control import MpsControl
-from isolator.sharing.plan import SharePlan, memory_of
+from isolator.sharing.plan import SharePlan, memory_of, size_text
 from isolator.cgroups.container_cgroups import CgroupVanished, ContainerCgroups
 from isolator.allocation.docker_state import DockerState, DockerUnavailable
 from isolator.errors import BadRequest, Conflict, Forbidden, Gone, NotFound, Unavailable
@@ -181,8 +181,7 @@ class AgentService:
             # for the container's own share below them
             env.update({"CUDA_MPS_PIPE_DIRECTORY": share.pipe_dir,
                         "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(share.thread_percentage),
-                        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT":
-                            f"0={share.memory_limit // 2**20}M"})
+                        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": f"0={size_text(share.memory_limit)}"})
         return Grant(
             container_id=h.container_id, container_type=h.container_type,
             gpus=tuple(self._granted[g.minor] for g in gpus),

@@ -28,24 +28,12 @@ import time
 from typing import Dict, List, Optional
 
 from common.paths import MAX_SOCKET_PATH
+from isolator.sharing.plan import size_text
 
 log = logging.getLogger("mesos-gpu.agent")
 PROGRAM = "nvidia-cuda-mps-control"
 COMMAND_TIMEOUT = 5.0
 START_TIMEOUT = 5.0
-
-
-def parse_size(text: str) -> Optional[int]:
-    """Bytes of a size as the control daemon writes it back ("4G", "1536M"); None
-    when it is not one (it rewrites 4096M as 4G)."""
-    units = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
-    number, unit = text[:-1], text[-1:].upper()
-    if unit not in units or unit == "":
-        number, unit = text, ""
-    try:
-        return int(float(number) * units[unit])
-    except ValueError:
-        return None
 
 
 class MpsError(Exception):
@@ -143,8 +131,8 @@ class MpsControl:
             how = "adopted" if self._adopt() else self._spawn()
             self._set_caps()
             log.info("MPS control daemon of GPU %s %s (pid %d, pipe %s): each client held "
-                     "to %d%% of the SMs and %d MiB of pinned memory", self.uuid, how,
-                     self.pid, self.pipe_dir, self.thread_cap, self.memory_cap // 2**20)
+                     "to %d%% of the SMs and %s of pinned memory", self.uuid, how,
+                     self.pid, self.pipe_dir, self.thread_cap, size_text(self.memory_cap))
             return how
 
     def _spawn(self) -> str:
@@ -181,19 +169,19 @@ class MpsControl:
         return "started"
 
     def _set_caps(self) -> None:
-        mib = self.memory_cap // 2**20
+        size = size_text(self.memory_cap)
         answer = self.command(f"set_default_active_thread_percentage {self.thread_cap}")
         if not answer.startswith(str(self.thread_cap)):
             raise MpsError(f"set_default_active_thread_percentage {self.thread_cap} answered "
                            f"{answer!r}")
-        self.command(f"set_default_device_pinned_mem_limit 0 {mib}M")
+        self.command(f"set_default_device_pinned_mem_limit 0 {size}")
         got = self.command("get_default_device_pinned_mem_limit 0")
-        if parse_size(got) != mib * 2**20:
+        if got != size:
             raise MpsError(f"the control daemon of {self.uuid} keeps a pinned memory limit of "
-                           f"{got!r}, not {mib}M")
+                           f"{got!r}, not {size}")
         for server in self.servers():            # already running (adopted): theirs too
             self.command(f"set_active_thread_percentage {server} {self.thread_cap}")
-            self.command(f"set_device_pinned_mem_limit {server} 0 {mib}M")
+            self.command(f"set_device_pinned_mem_limit {server} 0 {size}")
 
     def servers(self) -> List[int]:
         return [int(x) for x in self.command("get_server_list").split() if x.isdigit()]

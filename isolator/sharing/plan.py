@@ -91,8 +91,16 @@ class SharedGpu:
 
 
 def memory_of(gpu: Gpu, fraction: float) -> int:
-    """A share of the GPU's memory, rounded down to whole MiB (MPS takes MiB)."""
-    return int(gpu.memory_total * fraction) // 2**20 * 2**20
+    """A share of the GPU's memory in bytes, rounded down to whole GiB (to whole MiB
+    below 1 GiB): the MPS control daemon keeps no finer (it answers 3008M as 2G)."""
+    raw = int(gpu.memory_total * fraction)
+    unit = 2**30 if raw >= 2**30 else 2**20
+    return raw // unit * unit
+
+
+def size_text(size: int) -> str:
+    """A memory_of() size as MPS writes it: "35G", "512M"."""
+    return f"{size // 2**30}G" if size % 2**30 == 0 and size else f"{size // 2**20}M"
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,6 @@ import pytest
 
 from isolator.api import ShareRequest
 from isolator.client import AgentError
-from isolator.sharing.mps_control import parse_size
 from tests.bed import waiting
 from tests.isolator.conftest import new_prober, only, open_gpus
 from tests.isolator.allocation.test_ownership import alive
@@ -40,12 +39,11 @@ def test_a_share_gets_its_gpu_its_pipe_and_the_caps_the_control_daemon_enforces(
     pipe = grant.env["CUDA_MPS_PIPE_DIRECTORY"]
     assert pipe == str(agent.work_dir / "mps/nvidia3/pipe") == grant.share.pipe_dir
     assert grant.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
-    memory = 16 * 2**30 // 4 // 2**20           # a V100 of the fake layout: 16 GiB
-    assert grant.env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={memory}M"
+    # a V100 of the fake layout: 16 GiB, a quarter is 4G (MPS keeps whole GiB)
+    assert grant.env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=4G"
     # the caps no client can raise: asked of the real control daemon itself
     assert ask(mps_program, "get_default_active_thread_percentage", pipe) == "25.0"
-    assert parse_size(ask(mps_program, "get_default_device_pinned_mem_limit 0", pipe)) \
-        == memory * 2**20
+    assert ask(mps_program, "get_default_device_pinned_mem_limit 0", pipe) == "4G"
     # GPU 2's control daemon is another process, with its own pipe
     pids = control_pids(agent.work_dir)
     assert set(pids) == {"nvidia2", "nvidia3"} and pids["nvidia2"] != pids["nvidia3"]
