@@ -171,12 +171,13 @@ class PrepareRequest:
     @classmethod
     def from_json(cls, doc: object) -> "PrepareRequest":
         d = _object(doc)
+        container_id = check_container_id(_field(d, "container_id"))
         share = ShareRequest.from_json(d["share"]) if d.get("share") is not None else None
         gpus = check_gpu_count(d.get("gpus", 0) if share is not None else _field(d, "gpus"))
         if share is not None and gpus:
             raise BadRequest(f"'gpus' is {gpus} and 'share' is given: a container holds "
                              "whole GPUs or one share of a shared GPU, not both")
-        return cls(check_container_id(_field(d, "container_id")), gpus,
+        return cls(container_id, gpus,
                    check_container_type(d.get("container_type", MESOS)),
                    TaskLabels.from_json(d["task"]) if d.get("task") is not None else None,
                    share)
