@@ -184,13 +184,24 @@ class GpuNode:
 
     def _end_mps_control_daemons(self) -> None:
         """The MPS control daemons the daemon started outlive it on purpose (its
-        restart keeps them); the node's end is theirs too (by the pid each wrote)."""
+        restart keeps them); the node's end is theirs too (by the pid each wrote):
+        `quit` first, which also ends their MPS servers on a real GPU, then SIGKILL."""
         for pid_file in (self.work_dir / "mps").glob("nvidia*/control.pid"):
             try:
                 pid = int(pid_file.read_text())
-                if b"nvidia-cuda-mps-control" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                    os.kill(pid, signal.SIGKILL)
-            except (OSError, ValueError):
+                if b"nvidia-cuda-mps-control" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    continue
+                program = os.readlink(f"/proc/{pid}/exe")
+                subprocess.run([program], input="quit\n", text=True, capture_output=True,
+                               timeout=10, env={**os.environ, "CUDA_MPS_PIPE_DIRECTORY":
+                                                str(pid_file.parent / "pipe")})
+                deadline = time.monotonic() + 5
+                while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+                    if Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z":
+                        break
+                    time.sleep(0.1)
+                os.kill(pid, signal.SIGKILL)
+            except (OSError, ValueError, subprocess.TimeoutExpired):
                 pass
 
     def __enter__(self) -> "GpuNode":
