@@ -90,9 +90,15 @@ def gpu_labels(g: Gpu, h: Optional[Holding]) -> Dict[str, object]:
 
 def write(out: Text, service: "AgentService") -> None:
     with service.lock:
-        holder = {m: h for h in service.holdings.values() for m in h.gpus}
+        holders: Dict[int, List[Holding]] = {}      # a shared GPU has several
+        for h in service.holdings.values():
+            for m in h.gpus:
+                holders.setdefault(m, []).append(h)
+        shared = service._shared_info() if service.shares.gpus else {}
     gpus = [service.gpus[m] for m in sorted(service.gpus)]
-    labels = {g.minor: gpu_labels(g, holder.get(g.minor)) for g in gpus}
+    # a GPU's own series name its holder; a shared GPU's name none (its tenants have theirs)
+    labels = {g.minor: gpu_labels(g, holders[g.minor][0] if len(holders.get(g.minor, ())) == 1
+                                  and not holders[g.minor][0].share else None) for g in gpus}
     snap = service.monitor.snapshot() if service.monitor is not None else {}
     samples: Dict[int, DeviceSample] = snap.get("samples", {})
     for name, kind, help_text, read in DCGM:
@@ -102,7 +108,24 @@ def write(out: Text, service: "AgentService") -> None:
     out.family("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.",
                [(labels[g.minor], last_xid.get(g.minor, 0)) for g in gpus])
     _health(out, service, gpus, labels, snap)
-    _tasks(out, gpus, holder, samples)
+    _tasks(out, gpus, holders, samples)
+    _shared(out, service, shared)
+
+
+def _shared(out: Text, service: "AgentService", shared: Dict) -> None:
+    """Each shared GPU: its tenants, what is left, how it is shared, its MPS restarts."""
+    rows = [({"gpu": int(index), "UUID": s["uuid"], "sharing": s["sharing"]}, s)
+            for index, s in sorted(shared.items())]
+    out.family("mesos_gpu_shared_gpu_tenants", "gauge",
+               "Containers holding a share of the shared GPU.",
+               [(labels, len(s["tenants"])) for labels, s in rows])
+    out.family("mesos_gpu_shared_gpu_free_share", "gauge",
+               "The part of the shared GPU no container holds (0 to 1).",
+               [(labels, s["free"]) for labels, s in rows])
+    out.family("mesos_gpu_mps_control_restarts_total", "counter",
+               "Times the GPU's MPS control daemon died and was started again (its tenants "
+               "were stopped each time).",
+               [(labels, s["mps_control"]["restarts"]) for labels, s in rows if s["mps_control"]])
 
 
 def _short(g: Gpu) -> Dict[str, object]:
@@ -164,22 +187,15 @@ def _health(out: Text, service: "AgentService", gpus: List[Gpu],
                [({}, round(time.time() - sampled, 3))] if sampled else [])
 
 
-def _tasks(out: Text, gpus: List[Gpu], holder: Dict[int, Holding],
+def _tasks(out: Text, gpus: List[Gpu], holders: Dict[int, List[Holding]],
            samples: Dict[int, DeviceSample]) -> None:
+    """Per task and GPU; on a shared GPU, per tenant (its processes told apart by their
+    cgroups), with its share."""
     memory, utilization, count = [], [], []
     for g in gpus:
-        h, sample = holder.get(g.minor), samples.get(g.minor)
-        if h is None or sample is None:
-            continue
-        task = h.task or TaskLabels()
-        labels = {"container_id": h.container_id, "task_id": task.task_id,
-                  "framework_id": task.framework_id, "app_id": task.app_id, "gpu": g.index,
-                  "UUID": g.uuid, "minor": g.minor}
-        own = [p for p in sample.processes if process_containers.belongs(p.pid, h)]
-        memory.append((labels, sum(p.memory_used for p in own)))
-        sm = [p.sm_utilization for p in own if p.sm_utilization is not None]
-        utilization.append((labels, min(100, sum(sm))))
-        count.append((labels, len(own)))
+        sample = samples.get(g.minor)
+        for h in holders.get(g.minor, ()) if sample is not None else ():
+            _task_rows(g, h, sample, memory, utilization, count)
     out.family("mesos_gpu_task_gpu_memory_used_bytes", "gauge",
                "GPU memory used by the task's own processes, per GPU it holds.", memory)
     out.family("mesos_gpu_task_gpu_utilization_percent", "gauge",
@@ -187,3 +203,18 @@ def _tasks(out: Text, gpus: List[Gpu], holder: Dict[int, Holding],
                utilization)
     out.family("mesos_gpu_task_gpu_processes", "gauge",
                "Compute processes of the task on each GPU it holds.", count)
+
+
+def _task_rows(g: Gpu, h: Holding, sample: DeviceSample, memory: list, utilization: list,
+               count: list) -> None:
+    task = h.task or TaskLabels()
+    labels = {"container_id": h.container_id, "task_id": task.task_id,
+              "framework_id": task.framework_id, "app_id": task.app_id, "gpu": g.index,
+              "UUID": g.uuid, "minor": g.minor}
+    if h.share:
+        labels["share"] = h.share               # a tenant of a shared GPU
+    own = [p for p in sample.processes if process_containers.belongs(p.pid, h)]
+    memory.append((labels, sum(p.memory_used for p in own)))
+    sm = [p.sm_utilization for p in own if p.sm_utilization is not None]
+    utilization.append((labels, min(100, sum(sm))))
+    count.append((labels, len(own)))

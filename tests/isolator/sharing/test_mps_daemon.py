@@ -66,6 +66,10 @@ def test_a_share_gets_its_gpu_its_pipe_and_the_caps_the_control_daemon_enforces(
     # no GPU named: the fullest one it fits on is GPU 2 (GPU 3 is full)
     assert agent.client.prepare("f", 0, share=ShareRequest(0.25)).share.index == 2
     assert agent.client.info()["shared"]["3"]["free_slots"] == 0
+    metrics = agent.client.metrics()
+    assert 'mesos_gpu_shared_gpu_tenants{gpu="3",UUID="' in metrics
+    assert '",sharing="mps"} 4' in metrics
+    assert 'mesos_gpu_shared_gpu_free_share{gpu="2",' in metrics
     cleaned = agent.client.cleanup("b")
     assert cleaned.released == (3,)
     assert agent.client.info()["shared"]["3"]["free"] == 0.25
