@@ -74,6 +74,14 @@ SHARING_MODES = ("mps", "time-slicing")     # how a shared GPU is shared (--shar
 # The Mesos resource of one shared GPU is this + its NVML index, in slots
 # (isolator/sharing/plan.py); the framework asks for it in a share's TaskInfo.
 SHARE_RESOURCE_PREFIX = "gpu_shares_"
+# What each sharing isolates between the tenants of a GPU: said in the grant, the
+# daemon's /v1/info, the framework's /v2/info and the README alike
+SHARING_ISOLATION = {
+    "mps": "SM share and pinned device memory capped by the GPU's MPS control daemon; "
+           "a fault in one client can end the GPU's MPS server and every tenant with it",
+    "time-slicing": "nothing: tenants share SMs by time and memory without limits; "
+                    "one tenant can take all memory, and a fault of one is seen by all",
+}
 # The Mesos agent attributes saying how a node's shared GPUs are shared
 SHARING_ATTRIBUTE = "gpu_sharing"
 GRANULARITY_ATTRIBUTE = "gpu_share_granularity"

@@ -48,6 +48,8 @@ from framework.ui.static_files import StaticFiles
 from framework.state.zk_codec import CorruptNode
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
+from isolator.api import (GRANULARITY_ATTRIBUTE, MAX_SHARE_ATTRIBUTE, SHARE_RESOURCE_PREFIX,
+                          SHARING_ATTRIBUTE, SHARING_ISOLATION)
 from isolator.api import DEFAULT_SOCKET as DEFAULT_AGENT_SOCKET
 from common import instance_lock
 from common.paths import first_missing
@@ -425,14 +427,32 @@ class FrameworkService:
             "frameworkId": self.store.framework_id(),
             "marathon_config": {
                 "master": self.args.master, "framework_name": self.args.framework_name,
-                "hostname": host, "features": ["gpu_resources"], "mesos_role": "*",
+                "hostname": host, "features": ["gpu_resources", "fractional_gpus"],
+                "mesos_role": "*",
                 "mesos_user": "root", "failover_timeout": int(self.args.failover_timeout),
                 "executor": "//cmd", "local_port_min": 10000, "local_port_max": 20000,
                 "checkpoint": True, "ha": self.zk is not None, "webui_url": None,
             },
             "zookeeper_config": self.zk.describe() if self.zk is not None else {},
             "http_config": {"http_port": port, "https_port": None},
+            "gpu_sharing": self._gpu_sharing(),
         }
+
+    def _gpu_sharing(self) -> dict:
+        """Fractional GPUs ("gpus": 0.25): what each sharing isolates, said plainly, and
+        the agents seen offering shared GPUs (isolator/sharing)."""
+        agents = []
+        inventory = getattr(self.scheduler, "agents", None)
+        for agent in inventory.agents() if inventory is not None else ():
+            if SHARING_ATTRIBUTE not in agent.fields:
+                continue
+            agents.append({"hostname": agent.hostname, "agentId": agent.agent_id,
+                           "sharing": agent.fields[SHARING_ATTRIBUTE],
+                           "granularity": agent.fields.get(GRANULARITY_ATTRIBUTE),
+                           "maxShare": agent.fields.get(MAX_SHARE_ATTRIBUTE),
+                           "offeredSlots": {name: value for name, value in agent.offered.items()
+                                            if name.startswith(SHARE_RESOURCE_PREFIX)}})
+        return {"isolation": dict(SHARING_ISOLATION), "agents": agents}
 
 
 def _hold_lock(state_dir: str) -> int:

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
 from common.errors import UserError
-from isolator.api import SHARE_RESOURCE_PREFIX, SHARING_MODES, ShareRequest
+from isolator.api import (SHARE_RESOURCE_PREFIX, SHARING_ISOLATION, SHARING_MODES,
+                          ShareRequest)
 from isolator.discovery.gpu import Gpu
 from isolator.errors import BadRequest, Conflict
 
@@ -27,13 +28,7 @@ DEFAULT_GRANULARITY = 0.25
 MAX_SLOTS = 100                          # MPS takes whole SM percentages
 EPSILON = 1e-9
 
-# What each sharing isolates, said in the grant, /v1/info, the framework's /v2/info
-ISOLATION = {
-    "mps": "SM share and pinned device memory capped by the GPU's MPS control daemon; "
-           "a fault in one client can end the GPU's MPS server and every tenant with it",
-    "time-slicing": "nothing: tenants share SMs by time and memory without limits; "
-                    "one tenant can take all memory, and a fault of one is seen by all",
-}
+ISOLATION = SHARING_ISOLATION         # what each sharing isolates (isolator/api.py)
 
 
 class ShareFlagError(UserError):

@@ -76,6 +76,12 @@ def test_two_quarter_shares_run_on_the_shared_gpu_and_give_it_back(agent, node, 
             assert env["NVIDIA_VISIBLE_DEVICES"] == shared_uuid
             assert env["CUDA_VISIBLE_DEVICES"] == "0"
         assert api.get("/v2/apps/infer").json["app"]["gpus"] == 0.25
+        # /v2/info says plainly what sharing isolates, and which agents share how
+        sharing = api.get("/v2/info").json["gpu_sharing"]
+        assert "memory and faults" not in sharing["isolation"]["mps"]
+        assert sharing["isolation"]["time-slicing"].startswith("nothing: ")
+        assert [(a["sharing"], a["granularity"], a["maxShare"]) for a in sharing["agents"]] \
+            == [("mps", "0.25", "0.25")]
 
         # a half share is above this node's largest (its granularity, 0.25): it waits
         assert api.post("/v2/apps", {"id": "/half", "cmd": "sleep 600", "cpus": 0.1,
