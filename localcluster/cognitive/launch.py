@@ -97,8 +97,9 @@ def _json_or_text(raw: bytes) -> Any:
 
 
 def load_apps(names: Sequence[str], containers: Sequence[str], apps_dir: str,
-              image: Optional[str]) -> List[dict]:
-    """The app definitions to submit, `image` replacing their Docker image when given."""
+              image: Optional[str], gpus: Optional[float] = None) -> List[dict]:
+    """The app definitions to submit, `image` replacing their Docker image and `gpus`
+    their GPUs per instance when given."""
     apps = []
     for container in containers:
         for name in names:
@@ -114,6 +115,8 @@ def load_apps(names: Sequence[str], containers: Sequence[str], apps_dir: str,
                 raise LaunchError(f"{path}: expected an app object with a string \"id\"")
             if image:
                 app.setdefault("container", {}).setdefault("docker", {})["image"] = image
+            if gpus is not None:
+                app["gpus"] = gpus
             apps.append(app)
     return apps
 
@@ -364,6 +367,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--delete", action="store_true",
                         help="delete the apps at the end (also on Ctrl-C or timeout)")
     parser.add_argument("--image", help="use this Docker image instead of the one in the app files")
+    parser.add_argument("--gpus", type=gpus_value, metavar="N",
+                        help="GPUs per instance instead of the app files' 1: a whole number, "
+                             "or a share of one GPU such as 0.25 (the node must share GPUs: "
+                             "mesos-gpu agent --shared_gpus)")
     parser.add_argument("--apps-dir", default=APPS_DIR,
                         help="folder with <workload>-<container>.json files [%(default)s]")
     auth = parser.add_mutually_exclusive_group()
@@ -372,6 +379,17 @@ def build_parser() -> argparse.ArgumentParser:
     auth.add_argument("--token", default=os.environ.get("MARATHON_TOKEN"),
                       help="bearer token [$MARATHON_TOKEN]")
     return parser
+
+
+def gpus_value(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of GPUs, got {text!r}") from None
+    if not (0 < value < 1 or (value >= 0 and value.is_integer())):
+        raise argparse.ArgumentTypeError(f"{text}: a whole number of GPUs, or a share of "
+                                         "one GPU between 0 and 1")
+    return int(value) if value.is_integer() else value
 
 
 def parse_workloads(text: str) -> List[str]:
@@ -387,7 +405,8 @@ def run(args: argparse.Namespace) -> int:
     if args.wait < 0:
         raise LaunchError("--wait: expected 0 or more seconds")
     containers = CONTAINERS if args.container == "both" else (args.container,)
-    apps = load_apps(parse_workloads(args.apps), containers, args.apps_dir, args.image)
+    apps = load_apps(parse_workloads(args.apps), containers, args.apps_dir, args.image,
+                     args.gpus)
     api = Api(args.api, args.auth, args.token)
     progress = Progress()
     _, info = api.call("GET", "/v2/info")

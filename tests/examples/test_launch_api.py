@@ -132,12 +132,21 @@ def test_credentials_are_sent_when_the_api_requires_them(cluster, tmp_path):
     (["--api", "http://127.0.0.1:1", "--apps", "inference,chat"],
      "--apps: expected a comma-separated subset of inference, training, got 'inference,chat'"),
     (["--api", "http://127.0.0.1:1", "--wait", "-1"], "--wait: expected 0 or more seconds"),
+    (["--api", "http://127.0.0.1:1", "--gpus", "1.5"],
+     "1.5: a whole number of GPUs, or a share of one GPU between 0 and 1"),
     (["--api", "http://127.0.0.1:1", "--apps-dir", "/nonexistent"],
      "cannot read /nonexistent/inference-docker.json: No such file or directory"),
 ])
 def test_bad_arguments_are_named(args, error):
     r = launch(*args)
     assert r.returncode == 2 and error in r.stderr, r.stderr
+
+
+def test_a_share_replaces_the_app_files_gpus():
+    from localcluster.cognitive import launch as launcher
+    apps = launcher.load_apps(["inference"], ["mesos"], launcher.APPS_DIR, None, 0.25)
+    assert [a["gpus"] for a in apps] == [0.25]
+    assert launcher.load_apps(["inference"], ["mesos"], launcher.APPS_DIR, None)[0]["gpus"] == 1
 
 
 def test_help_is_self_explanatory():

@@ -91,7 +91,8 @@
       type: h("select", {}, h("option", { value: "DOCKER" }, "Docker"), h("option", { value: "MESOS" }, "Mesos (unified)")),
       image: h("input", { placeholder: "registry.local:5000/cv/tf:1.12", autocomplete: "off", spellcheck: "false" }),
       cmd: h("textarea", { rows: "3", spellcheck: "false", placeholder: "python3 serve.py" }),
-      gpus: h("input", { type: "number", min: "0", step: "1", value: "1" }),
+      // a whole number, or a share of one shared GPU (0.25)
+      gpus: h("input", { type: "number", min: "0", step: "any", value: "1" }),
       gpuType: h("input", { list: "gpu-types", placeholder: "any", autocomplete: "off", spellcheck: "false" }),
       cpus: h("input", { type: "number", min: "0", step: "0.1", value: "1" }),
       mem: h("input", { type: "number", min: "0", step: "1", value: "1024" }),
