@@ -380,6 +380,7 @@ class GpuHealth:
     xid: Optional[int] = None
     self_check_at: Optional[float] = None   # unhealthy: when the self-check is due
     container_id: str = ""            # the container holding it, if any
+    shared: bool = False              # shared between containers (--shared_gpus)
 
     @property
     def healthy(self) -> bool:
@@ -394,9 +395,16 @@ class NodeHealth:
 
     @property
     def unhealthy_free(self) -> Tuple[GpuHealth, ...]:
-        """GPUs no container holds that must not be given: what an offer's free
+        """Whole GPUs no container holds that must not be given: what an offer's free
         `gpus` count includes but no task can get."""
-        return tuple(g for g in self.gpus if not g.healthy and not g.container_id)
+        return tuple(g for g in self.gpus
+                     if not g.healthy and not g.container_id and not g.shared)
+
+    @property
+    def unhealthy_shared(self) -> Tuple[int, ...]:
+        """NVML indices of shared GPUs that must not get a share: their gpu_shares_<index>
+        in an offer promises what prepare refuses."""
+        return tuple(g.index for g in self.gpus if g.shared and not g.healthy)
 
     def to_json(self) -> Dict[str, Any]:
         return {"gpus": [asdict(g) for g in self.gpus], "monitor": self.monitor,

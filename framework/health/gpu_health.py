@@ -91,6 +91,10 @@ class AgentHealth:
     def unusable(self) -> int:
         return len(self.health.unhealthy_free) if self.health is not None else 0
 
+    @property
+    def unusable_shared(self) -> frozenset:
+        return frozenset(self.health.unhealthy_shared) if self.health is not None else frozenset()
+
     def to_json(self) -> Dict[str, Any]:
         gpus = [dict(g.__dict__) for g in self.health.gpus] if self.health else []
         return {"agentId": self.agent_id, "hostname": self.hostname, "address": self.address,
@@ -158,6 +162,13 @@ class GpuHealthView:
         """agent id -> GPUs its offers count as free that no task can get."""
         with self.lock:
             return {a.agent_id: a.unusable for a in self._agents.values() if a.unusable}
+
+    def unusable_shared(self) -> Dict[str, frozenset]:
+        """agent id -> NVML indices of its shared GPUs that are not healthy (their
+        gpu_shares_<index> is taken off its offers)."""
+        with self.lock:
+            return {a.agent_id: a.unusable_shared for a in self._agents.values()
+                    if a.unusable_shared}
 
     def offered(self, offers: List[Mapping[str, Any]]) -> None:
         """Offers came: an agent not listed yet makes the master's list be read now."""

@@ -119,8 +119,10 @@ class OfferSlot:
 
     @classmethod
     def from_offer(cls, offer: Mapping[str, Any], order: int = 0,
-                   unusable_gpus: int = 0) -> "OfferSlot":
-        """`unusable_gpus`: offered GPUs no task can get (not healthy, framework.health.gpu_health)."""
+                   unusable_gpus: int = 0, unusable_shared: frozenset = frozenset()
+                   ) -> "OfferSlot":
+        """`unusable_gpus`: offered whole GPUs no task can get, `unusable_shared`: NVML
+        indices of shared GPUs no share can go on (not healthy, framework.health.gpu_health)."""
         amounts = unreserved_scalars(offer)
         return cls(offer_id=offer["id"]["value"], agent_id=offer["agent_id"]["value"],
                    hostname=offer.get("hostname", ""),
@@ -129,7 +131,8 @@ class OfferSlot:
                    disk=round(amounts.get("disk", 0.0) * _MILLI),
                    gpus=max(0, int(amounts.get("gpus", 0.0)) - unusable_gpus),
                    fields=offer_fields(offer), order=order, ports=PortRanges.from_offer(offer),
-                   shares=shares_of(amounts))
+                   shares={i: n for i, n in shares_of(amounts).items()
+                           if i not in unusable_shared})
 
 
 def share_reason(fraction: float, offers: Sequence[Mapping[str, Any]]) -> Optional[str]:
@@ -231,13 +234,17 @@ class Matcher:
     def match(self, pending: Sequence[TaskSpec], offers: Sequence[Mapping[str, Any]],
               placed: Optional[Mapping[str, Iterable[Mapping[str, str]]]] = None,
               variants: Optional["Selector"] = None,
-              unusable_gpus: Optional[Mapping[str, int]] = None) -> MatchResult:
+              unusable_gpus: Optional[Mapping[str, int]] = None,
+              unusable_shared: Optional[Mapping[str, frozenset]] = None) -> MatchResult:
         """`placed`: app id -> the `offer_fields` of the agents its running
         instances sit on (for UNIQUE, CLUSTER, GROUP_BY, MAX_PER); `variants`:
         the images whose variants decide where their tasks may run;
-        `unusable_gpus`: agent id -> offered GPUs that are not healthy."""
-        unusable = unusable_gpus or {}
-        return _Round(self, [OfferSlot.from_offer(o, i, unusable.get(o["agent_id"]["value"], 0))
+        `unusable_gpus`: agent id -> offered GPUs that are not healthy;
+        `unusable_shared`: agent id -> indices of its shared GPUs that are not healthy."""
+        unusable, sick_shared = unusable_gpus or {}, unusable_shared or {}
+        return _Round(self, [OfferSlot.from_offer(o, i, unusable.get(o["agent_id"]["value"], 0),
+                                                  sick_shared.get(o["agent_id"]["value"],
+                                                                  frozenset()))
                              for i, o in enumerate(offers)],
                       placed or {}, variants).run(pending)
 

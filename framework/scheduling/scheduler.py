@@ -359,7 +359,8 @@ class GpuScheduler:
             selector = self.variants.selector() if self.variants is not None else None
             self.gpu_health.offered(offers)
             result = self.matcher.match(waiting, offers, self._placed_by_app(), selector,
-                                        self.gpu_health.unusable())
+                                        self.gpu_health.unusable(),
+                                        self.gpu_health.unusable_shared())
             by_id = {o["id"]["value"]: o for o in offers}
             launches = self._record_launches(result.placements, by_id, selector,
                                              result.host_ports(), result.shared_gpus())

@@ -541,7 +541,7 @@ class AgentService:
                 minor=s.minor, index=g.index, uuid=g.uuid, name=g.name, state=s.state,
                 since=s.since, reason=s.reason, cause=s.cause, xid=s.xid,
                 self_check_at=s.quiet_until if s.state == UNHEALTHY else None,
-                container_id=holder.get(s.minor, "")))
+                container_id=holder.get(s.minor, ""), shared=s.minor in self.shares.gpus))
         return NodeHealth(tuple(gpus), snapshot.get("status", "not monitored"),
                           snapshot.get("sampled_at", 0.0))
 

@@ -80,3 +80,13 @@ def test_whole_gpus_stay_whole():
     assert task(0, 0.25).share == 0.25 and task(0, 0.25).whole_gpus == 0
     with pytest.raises(TaskSpecError, match="shared_gpu"):
         task(0, 1, shared_gpu=0)
+
+
+def test_an_unhealthy_shared_gpu_gets_no_share():
+    offers = [sharing_offer("s", {0: 4, 1: 4})]
+    result = Matcher().match([task(0, 0.25), task(1, 0.75)], offers,
+                             unusable_shared={"agent-s": frozenset({0})})
+    assert result.shared_gpus() == {"a.0": (1, 1), "a.1": (1, 3)}
+    result = Matcher().match([task(0, 0.25)], offers,
+                             unusable_shared={"agent-s": frozenset({0, 1})})
+    assert result.unplaced and not result.placements

@@ -199,3 +199,28 @@ def test_agent_flags_advertise_each_shared_gpu_as_a_resource_of_its_own(mesos_gp
     assert "gpu_sharing:time-slicing;gpu_share_granularity:0.5;gpu_share_max:1" in r.stdout
     r = mesos_gpu_cli("agent", "flags", "--shared_gpus", "9", env=env)
     assert r.returncode != 0 and "--shared_gpus=9: GPU 9 is not managed" in r.stderr
+
+
+def test_a_gpu_fault_on_a_shared_gpu_stops_all_its_tenants_and_it_gets_no_share(
+        daemon_factory, work_dir, mps_program, tmp_path, probers):
+    from localcluster.fake_nvml.control import Control
+    control = tmp_path / "nvml.control"
+    agent = daemon_factory("v100x8", work_dir=work_dir, control=control,
+                           extra=shared(mps_program, "--health_poll_interval", "0.2"))
+    tasks = {}
+    for cid in ("t1", "t2"):
+        agent.client.prepare(cid, 0, share=ShareRequest(0.25, gpu=3))
+        tasks[cid] = new_prober(probers)
+        agent.client.isolate(cid, pid=tasks[cid].pid)
+    agent.client.prepare("other", 0, share=ShareRequest(0.25, gpu=2))
+    Control(control).xid(3, 79)
+    waiting.wait_until(lambda: not any(t.alive() for t in tasks.values()), timeout=10,
+                       what="both tenants of GPU 3 stopped")
+    for cid in tasks:
+        assert "XID 79" in agent.client.cleanup(cid).stopped.message
+    assert "other" in agent.client.info()["containers"]        # GPU 2's tenant stays
+    health = {g.index: g for g in agent.client.health().gpus}
+    assert health[3].shared and not health[3].healthy and health[2].shared
+    with pytest.raises(AgentError, match="GPU 3 is not healthy") as e:
+        agent.client.prepare("new", 0, share=ShareRequest(0.25, gpu=3))
+    assert e.value.status == 409
