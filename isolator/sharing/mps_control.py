@@ -250,14 +250,25 @@ class MpsControl:
 
 
 def watch(controls: List[MpsControl], stop: threading.Event, interval: float,
-          on_restart=None) -> None:
-    """Restart a control daemon that died (SIGKILL, a crash), until `stop`.
-    `on_restart(control, why)` is told after each restart."""
+          on_restart=None, ping_every: int = 10) -> None:
+    """Restart a control daemon that died (SIGKILL, a crash), or that stopped answering
+    (asked every `ping_every` rounds: a stuck one would hang every new CUDA client),
+    until `stop`. `on_restart(control, why)` is told after each restart."""
+    rounds = 0
     while not stop.wait(interval):
+        rounds += 1
         for control in controls:
-            if control.alive():
+            why = None
+            if not control.alive():
+                why = f"its MPS control daemon (pid {control.pid}) ended"
+            elif rounds % ping_every == 0:
+                try:
+                    control.command("get_server_list")
+                except MpsError as e:
+                    why = f"its MPS control daemon (pid {control.pid}) stopped answering ({e})"
+                    control._kill(control.pid)
+            if why is None:
                 continue
-            why = f"its MPS control daemon (pid {control.pid}) ended"
             log.warning("GPU %s: %s; restarting it", control.uuid, why)
             try:
                 control.start()

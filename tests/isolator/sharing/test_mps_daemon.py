@@ -224,3 +224,33 @@ def test_a_gpu_fault_on_a_shared_gpu_stops_all_its_tenants_and_it_gets_no_share(
     with pytest.raises(AgentError, match="GPU 3 is not healthy") as e:
         agent.client.prepare("new", 0, share=ShareRequest(0.25, gpu=3))
     assert e.value.status == 409
+
+
+def test_a_stuck_control_daemon_is_replaced_and_a_restart_does_not_wait_on_it(
+        daemon_factory, work_dir, mps_program):
+    agent = daemon_factory("v100x8", extra=shared(mps_program), work_dir=work_dir)
+    agent.client.prepare("on3", 0, share=ShareRequest(0.25, gpu=3))
+    stuck = control_pids(agent.work_dir)["nvidia3"]
+    os.kill(stuck, signal.SIGSTOP)                 # alive, answering nothing
+    waiting.wait_until(lambda: control_pids(agent.work_dir).get("nvidia3") not in (None, stuck),
+                       timeout=30, what="the stuck control daemon replaced")
+    assert not alive(stuck)
+    assert "stopped answering" in agent.log()
+    waiting.wait_until(lambda: "on3" not in agent.client.info()["containers"], timeout=10,
+                       what="its tenant stopped")
+    # a daemon restart finding a stuck control daemon replaces it too
+    agent.kill9()
+    os.kill(control_pids(agent.work_dir)["nvidia2"], signal.SIGSTOP)
+    before = control_pids(agent.work_dir)["nvidia2"]
+    agent = daemon_factory("v100x8", extra=shared(mps_program), work_dir=work_dir)
+    assert control_pids(agent.work_dir)["nvidia2"] != before and not alive(before)
+    pipe = str(agent.work_dir / "mps/nvidia2/pipe")
+    assert ask(mps_program, "get_default_active_thread_percentage", pipe) == "25.0"
+
+
+def test_a_share_prepared_and_never_isolated_comes_back(daemon_factory, work_dir, mps_program):
+    agent = daemon_factory("v100x8", work_dir=work_dir,
+                           extra=shared(mps_program, "--prepare_timeout", "1"))
+    agent.client.prepare("never", 0, share=ShareRequest(0.25, gpu=2))   # owner: this process
+    waiting.wait_until(lambda: agent.client.info()["shared"]["2"]["free_slots"] == 4,
+                       timeout=15, what="the share of a container never isolated back")
