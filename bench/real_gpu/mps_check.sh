@@ -152,6 +152,14 @@ with node_with("--mps_max_share", "0.75") as node:
                   raise_env=("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100",
                              "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=1000G")).finish()
     show("0.25 raising its own env to 100 % and 1000G, alone (cap 75 %)", raised)
+    # what the control daemon saw: its servers now (does one outlive its clients?) and log
+    pipe = shared["mps_control"]["pipe_dir"]
+    servers = subprocess.run([os.environ["MPS_CONTROL"]], input="get_server_list\n", text=True,
+                             capture_output=True, env={**os.environ, "CUDA_MPS_PIPE_DIRECTORY": pipe})
+    print(f"  MPS servers after the tasks ended: {servers.stdout.split()}")
+    log = Path(shared["mps_control"]["log_dir"], "control.log")
+    print("  control.log (last 12 lines):\n    " + "\n    ".join(
+        log.read_text(errors="replace").splitlines()[-12:]) if log.exists() else "  no control.log")
 
 print("== C. the default: every share enforced by the control daemon (cap 0.25)", flush=True)
 with node_with() as node:

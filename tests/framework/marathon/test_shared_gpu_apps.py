@@ -108,3 +108,35 @@ def _env_files(agent, count):
         "slaves/*/frameworks/*/executors/*/runs/latest/share_env.txt")]
     texts = [t for t in texts if t.strip()]
     return texts if len(texts) == count else None
+
+
+def test_a_docker_task_on_an_mps_gpu_reaches_its_pipe_in_the_hosts_ipc(agent, node, tmp_path,
+                                                                       docker_engine,
+                                                                       busybox_image):
+    args = framework_args(agent.master, tmp_path / "state", "--agent_socket", str(node.socket),
+                          "--docker_host", docker_engine.host, "--refuse_seconds", "1")
+    service = FrameworkService(args).start()
+    try:
+        api = client_of(service)
+        reply = api.post("/v2/apps", {
+            "id": "/docker-share", "cpus": 0.1, "mem": 32, "gpus": 0.25,
+            "container": {"type": "DOCKER", "docker": {"image": busybox_image()}},
+            "cmd": "ls $CUDA_MPS_PIPE_DIRECTORY > $MESOS_SANDBOX/pipe.txt; "
+                   "readlink /proc/self/ns/ipc >> $MESOS_SANDBOX/pipe.txt; sleep 600"})
+        assert reply.status == 201, reply.json
+        wait_until(lambda: running(api, "/docker-share", 1), timeout=120, interval=0.5)
+        seen = wait_until(lambda: _sandbox_file(agent, "pipe.txt", 2), timeout=30)
+        assert "control" in seen[0].split()            # the control daemon's socket
+        assert seen[0].split()[-1] == os.readlink("/proc/self/ns/ipc")     # the host's IPC
+        api.delete("/v2/apps/docker-share?force=true")
+        wait_until(lambda: node.client.info()["shared"]["1"]["free_slots"] == 4, timeout=60,
+                   what="the share back")
+    finally:
+        service.stop()
+
+
+def _sandbox_file(agent, name, lines):
+    """The lines of `name` in the one sandbox that has it, once it has `lines` of them."""
+    found = [p.read_text() for p in (agent.run_dir / "work").glob(
+        f"slaves/*/frameworks/*/executors/*/runs/latest/{name}")]
+    return found if found and len(found[0].splitlines()) >= lines else None
