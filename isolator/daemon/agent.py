@@ -166,12 +166,20 @@ def _mps_controls(args, shares: share_plan.SharePlan, volume: Optional[Dict]) ->
                 started.stop()
             raise UserError(f"GPU {s.gpu.index} (--shared_gpus, --sharing=mps): {e}") from None
         controls[minor] = control
-    if os.path.isdir(root) and program:
-        for name in os.listdir(root):           # shared under MPS last run, not now
-            minor = name[len("nvidia"):]
-            if minor.isdigit() and int(minor) not in wanted:
-                mps_control.MpsControl(program, root, int(minor), "", 100, 0).stop_adopted()
     return controls
+
+
+def _quit_unshared(args, service: AgentService) -> None:
+    """Quit the control daemon of a GPU shared under MPS last run and not now (after
+    recovery: a tenant still on it refuses the start before its MPS is touched)."""
+    root = os.path.join(args.work_dir, "mps")
+    if not os.path.isdir(root):
+        return
+    for name in os.listdir(root):
+        minor = name[len("nvidia"):]
+        if minor.isdigit() and int(minor) not in service.mps:
+            control = mps_control.MpsControl("", root, int(minor), "", 100, 0)
+            control.stop_adopted()
 
 
 def _housekeeping(service: AgentService, stop: threading.Event, sync_every: float) -> None:
@@ -210,6 +218,7 @@ def run(args) -> int:
         try:
             service = build_service(args)
             service.recover()
+            _quit_unshared(args, service)
             service.health.load()
             # Before the API socket: once it exists (systemd's readiness check) all is served.
             extras = side_services.start(args, service)     # plugin, REST API, CDI, driver watch

@@ -96,6 +96,7 @@ class AgentService:
             recorded = self.ledger.load()
             recovery = Recovery(self.cgroups, list(self.gpus), self._rules, self.docker)
             self.holdings = recovery.run(recorded)
+            self.shares.check_holdings(self.holdings.values(), self.gpus)
             for h in self.holdings.values():
                 self.allocator.claim(m for m in h.whole_gpus if m in self.allocator.gpus)
             self.ledger.compact(self.holdings)

@@ -222,8 +222,14 @@ class MpsControl:
                 pass
 
     def stop_adopted(self) -> None:
-        """Quit a control daemon an earlier run started, if it still runs."""
+        """Quit a control daemon an earlier run started, if it still runs (with the
+        program it runs: the flags of this run may name none)."""
         with self.lock:
+            try:
+                with open(self.pid_file) as f:
+                    self.program = self.program or os.readlink(f"/proc/{int(f.read())}/exe")
+            except (OSError, ValueError):
+                return
             adopted = self._adopt()
         if adopted:
             log.info("GPU %s is no longer shared under MPS: quitting its control daemon "

@@ -111,8 +111,28 @@ class SharePlan:
         for h in holdings:
             if h.share and h.gpus and h.gpus[0] in self.gpus:
                 shared = self.gpus[h.gpus[0]]
-                used[shared.gpu.minor] += round(h.share / shared.granularity)
+                # a share taken under another granularity counts whole slots of this one
+                used[shared.gpu.minor] += math.ceil(h.share / shared.granularity - EPSILON)
         return used
+
+    def check_holdings(self, holdings: Iterable, managed: Iterable[int]) -> None:
+        """A restart whose --shared_gpus no longer fits what runs is refused, naming the
+        GPU: a share on a GPU no longer shared would let that GPU go out whole under its
+        tenants, and a GPU now shared that a container holds whole would get tenants."""
+        managed = set(managed)
+        for h in holdings:
+            minor = h.gpus[0] if h.gpus else None
+            if h.share and minor in managed and minor not in self.gpus:
+                raise UserError(f"GPU minor {minor} is not in --shared_gpus but container "
+                                f"{h.container_id} holds a {h.share:g} share of it: keep it "
+                                "shared until its tenants end")
+            if not h.share:
+                for m in h.gpus:
+                    if m in self.gpus:
+                        raise UserError(
+                            f"GPU {self.gpus[m].gpu.index} is in --shared_gpus but container "
+                            f"{h.container_id} holds it whole: share it once that container "
+                            "ends")
 
     def choose(self, request: ShareRequest, holdings: Iterable,
                unhealthy: Mapping[int, str]) -> Tuple[SharedGpu, int]:

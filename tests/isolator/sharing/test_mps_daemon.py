@@ -254,3 +254,27 @@ def test_a_share_prepared_and_never_isolated_comes_back(daemon_factory, work_dir
     agent.client.prepare("never", 0, share=ShareRequest(0.25, gpu=2))   # owner: this process
     waiting.wait_until(lambda: agent.client.info()["shared"]["2"]["free_slots"] == 4,
                        timeout=15, what="the share of a container never isolated back")
+
+
+def test_a_restart_whose_sharing_no_longer_fits_what_runs_is_refused_by_name(
+        daemon_factory, work_dir, mps_program):
+    agent = daemon_factory("v100x8", extra=shared(mps_program), work_dir=work_dir)
+    agent.client.prepare("tenant", 0, share=ShareRequest(0.25, gpu=3))
+    agent.client.prepare("whole", 1)                                   # GPU 0 or 1
+    held = agent.client.info()["containers"]["whole"]["gpus"][0]
+    agent.stop()
+    unshared = daemon_factory("v100x8", work_dir=work_dir, start=False, extra=[
+        "--nvidia_gpu_devices", "0,1,2,3", "--resources", "gpus:4", "--shared_gpus", "2",
+        "--mps_control", mps_program])
+    assert unshared.run_to_exit() != 0
+    assert "GPU minor 3 is not in --shared_gpus but container tenant holds a 0.25 share" \
+        in unshared.log()
+    assert "nvidia3" in control_pids(work_dir)       # the tenant's MPS left alone
+    reshared = daemon_factory("v100x8", work_dir=work_dir, start=False, extra=[
+        "--nvidia_gpu_devices", "0,1,2,3", "--resources", "gpus:4", "--shared_gpus",
+        f"{held},2,3", "--mps_control", mps_program])
+    assert reshared.run_to_exit() != 0
+    assert f"GPU {held} is in --shared_gpus but container whole holds it whole" in reshared.log()
+    # the same flags again: both kept
+    agent = daemon_factory("v100x8", extra=shared(mps_program), work_dir=work_dir)
+    assert set(agent.client.info()["containers"]) == {"tenant", "whole"}
