@@ -70,6 +70,19 @@ def check_gpu_count(value: object, name: str = "gpus") -> int:
     return value
 
 
+_MIG_PROFILE = re.compile(r"^[1-8]g\.[0-9]+gb(\+[a-z]+)?$")
+
+
+def check_mig_profile(value: object, name: str = "mig_profile") -> str:
+    """A MIG profile as NVIDIA names it ("1g.18gb", "3g.71gb", "1g.18gb+me"), or ""."""
+    if value == "":
+        return ""
+    if not isinstance(value, str) or not _MIG_PROFILE.match(value):
+        raise BadRequest(f"'{name}' must be a MIG profile such as 1g.18gb or 3g.71gb, "
+                         f"got {value!r}")
+    return value
+
+
 def check_container_type(value: object) -> str:
     if value not in CONTAINER_TYPES:
         raise BadRequest(f"'container_type' must be one of {', '.join(CONTAINER_TYPES)}, "
@@ -126,6 +139,7 @@ class PrepareRequest:
     gpus: int
     container_type: str = MESOS
     task: Optional[TaskLabels] = None
+    mig_profile: str = ""        # "1g.18gb": `gpus` MIG devices of that profile; "": whole GPUs
 
     @classmethod
     def from_json(cls, doc: object) -> "PrepareRequest":
@@ -133,11 +147,14 @@ class PrepareRequest:
         return cls(check_container_id(_field(d, "container_id")),
                    check_gpu_count(_field(d, "gpus")),
                    check_container_type(d.get("container_type", MESOS)),
-                   TaskLabels.from_json(d["task"]) if d.get("task") is not None else None)
+                   TaskLabels.from_json(d["task"]) if d.get("task") is not None else None,
+                   check_mig_profile(d.get("mig_profile", "")))
 
     def to_json(self) -> Dict[str, Any]:
         out: Dict[str, Any] = {"container_id": self.container_id, "gpus": self.gpus,
                                "container_type": self.container_type}
+        if self.mig_profile:
+            out["mig_profile"] = self.mig_profile
         if self.task is not None:
             out["task"] = self.task.to_json()
         return out
@@ -202,6 +219,23 @@ class GrantedGpu:
     board_id: Optional[int] = None
     major: int = 195
     device_path: str = ""
+    mig_mode: Optional[str] = None
+    # a MIG device (uuid MIG-...): index, minor and device_path are its parent GPU's
+    key: Optional[int] = None
+    parent_uuid: str = ""
+    gpu_instance_id: Optional[int] = None
+    compute_instance_id: Optional[int] = None
+    profile: str = ""
+    profile_id: Optional[int] = None
+    caps_major: Optional[int] = None
+    gi_cap_minor: Optional[int] = None
+    ci_cap_minor: Optional[int] = None
+    caps_error: str = ""
+
+    @classmethod
+    def of(cls, gpu: Any) -> "GrantedGpu":
+        """From a discovery record (isolator.discovery.gpu.Gpu or mig.MigDevice)."""
+        return cls(**gpu.to_json())
 
 
 @dataclass(frozen=True)

@@ -136,8 +136,8 @@ class AgentClient:
         return doc
 
     def prepare(self, container_id: str, gpus: int, container_type: str = MESOS,
-                task: Optional[TaskLabels] = None) -> Grant:
-        request = PrepareRequest(container_id, gpus, container_type, task)
+                task: Optional[TaskLabels] = None, mig_profile: str = "") -> Grant:
+        request = PrepareRequest(container_id, gpus, container_type, task, mig_profile)
         return Grant.from_json(self._request("POST", "/v1/prepare", request.to_json()))
 
     def isolate(self, container_id: str, pid: Optional[int] = None,

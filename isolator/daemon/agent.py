@@ -33,7 +33,8 @@ from isolator.daemon.metrics_server import MetricsServer
 from isolator.health.xid_catalog import Classifier, parse_overrides
 from isolator.cgroups.container_cgroups import ContainerCgroups
 from isolator.allocation.docker_state import DockerState
-from isolator.discovery.gpu import Inventory
+from isolator.discovery import mig
+from isolator.discovery.gpu import MIG_ENABLED, Inventory
 from isolator.api import SOCKET_NAME
 from isolator.allocation.ledger import Ledger
 from isolator.daemon.reconciler import Reconciler
@@ -109,20 +110,28 @@ def build_service(args) -> AgentService:
     """Everything the daemon needs, discovered (the flags are checked by run())."""
     health_path = os.path.join(args.work_dir, gpu_health.FILE_NAME)
     inventory = nvml.discover(args.nvml_library,
-                              known=gpu_health.known_gpus(health_path).values())
+                              known=gpu_health.known_gpus(health_path).values(),
+                              caps=flags.nvidia_caps(args))
     selection = flags.select_gpus(inventory, args.nvidia_gpu_devices, args.resources)
     host = cgroup_host.detect()
     versions = flags.device_cgroup_versions(args.device_cgroup, host.devices_v1, host.unified)
-    managed = selection.gpus
-    if managed:
-        kinds = ", ".join(sorted({g.name for g in managed}))
+    physical = selection.gpus
+    managed = mig.schedulable(physical, inventory.mig_devices)     # never a MIG GPU whole
+    if physical:
+        kinds = ", ".join(sorted({g.name for g in physical}))
         log.info("%d GPUs found (%s), managing %d: minors %s (%s); driver %s, CUDA %s",
-                 len(inventory.gpus), kinds, len(managed), [g.minor for g in managed],
+                 len(inventory.gpus), kinds, len(physical), [g.minor for g in physical],
                  selection.reason, inventory.driver_version, inventory.cuda_driver_version)
+        for g in physical:
+            if g.mig_mode == MIG_ENABLED:
+                units = [m for m in managed if getattr(m, "parent_uuid", "") == g.uuid]
+                log.info("GPU %d (%s) is in MIG mode: handed out as its %d MIG device(s) %s, "
+                         "never whole", g.index, g.uuid, len(units),
+                         ", ".join(f"{m.profile} gi {m.gpu_instance_id}" for m in units))
     else:
         log.info("0 GPUs managed: %s", selection.reason)
-    topo = topology_mod.from_nvml(managed, nvml.topology(args.nvml_library)) \
-        if len(managed) > 1 else topology_mod.Topology({})
+    topo = topology_mod.from_nvml(physical, nvml.topology(args.nvml_library)) \
+        if len(physical) > 1 else topology_mod.Topology({})
     _log_devices(args.dev_dir, managed)
     log.info("device cgroups: %s under %s (host cgroups %s)", "+".join(versions),
              args.cgroups_root, host.mode)
@@ -133,7 +142,7 @@ def build_service(args) -> AgentService:
         cgroups=ContainerCgroups(host, versions, args.cgroups_root),
         dev_dir=args.dev_dir, docker=docker, volume=_volume(args, inventory, managed),
         nvml_library=args.nvml_library, prepare_timeout=args.prepare_timeout,
-        health=gpu_health.HealthBook(managed, health_path, args.health_quiet_period),
+        health=gpu_health.HealthBook(physical, health_path, args.health_quiet_period),
         kill_on_fault=args.on_gpu_fault == "kill")
     return service
 
@@ -179,7 +188,7 @@ def run(args) -> int:
             latency = metrics.Histograms()
             if args.metrics_address:
                 metrics_server = MetricsServer(args.metrics_address, service, latency)
-            monitor = HealthMonitor(list(service.gpus.values()), service.health,
+            monitor = HealthMonitor(list(service.physical.values()), service.health,
                                     Classifier(parse_overrides(args.xid_override)),
                                     service.gpu_fault, args.nvml_library,
                                     args.health_poll_interval)

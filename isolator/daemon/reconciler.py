@@ -254,14 +254,14 @@ class Reconciler:
                 with service.lock:
                     if service.holdings.get(h.container_id) is not h:
                         return
-                    drifted = service.cgroups.repair(paths, rules, sorted(service.gpus))
+                    drifted = service.cgroups.repair(paths, rules, service.kernel_minors)
                 if drifted:
                     self._count_repair(h, drifted)
             elif h.docker_id and service.docker is not None and service.cgroups.host.devices_v1:
                 pid = service.docker.init_pid(h.docker_id)
                 where = pid and docker_devices.v1_cgroup_of(service.cgroups.host.devices_v1, pid)
                 backend = backends.get("docker")
-                if where and backend.drifted(where, rules, sorted(service.gpus)):
+                if where and backend.drifted(where, rules, service.kernel_minors):
                     backend.apply(where, rules)
                     self._count_repair(h, ["docker"])
         except (CgroupVanished, BackendGone, KeyError, DockerUnavailable, FileNotFoundError,

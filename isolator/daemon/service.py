@@ -60,7 +60,14 @@ class AgentService:
                  nvml_library: Optional[str] = None, prepare_timeout: float = 600.0,
                  health: Optional[HealthBook] = None, kill_on_fault: bool = True) -> None:
         self.inventory = inventory
-        self.gpus: Dict[int, Gpu] = {g.minor: g for g in managed}
+        # what is handed out, by key: whole GPUs (key = minor) and MIG devices (mig.py)
+        self.gpus: Dict[int, Gpu] = {g.key: g for g in managed}
+        # the physical GPUs behind them, by minor: health and faults are theirs
+        self.physical: Dict[int, Gpu] = {g.minor: g for g in inventory.gpus
+                                         if any(u.minor == g.minor for u in managed)}
+        # the GPU minors the kernel's rules name (a MIG device's parent node is shared by
+        # its siblings: recovery and drift checks read whole GPUs' rules only)
+        self.kernel_minors: List[int] = sorted(g.minor for g in managed if g.key == g.minor)
         self.allocator = Allocator(managed, topology)
         self.ledger = ledger
         self.cgroups = cgroups
@@ -71,7 +78,7 @@ class AgentService:
         self.prepare_timeout = prepare_timeout
         self.holdings: Dict[str, Holding] = {}
         self.lock = threading.RLock()
-        self._granted = {g.minor: GrantedGpu(**g.to_json()) for g in managed}
+        self._granted = {g.key: GrantedGpu.of(g) for g in managed}
         self._control_read: Tuple[float, List[devices.DeviceNode]] = (0.0, [])
         self.counters: Counter = Counter()        # releases by reason, drift repairs, ...
         self._owner_listeners: List[Callable[[Owner], None]] = []
@@ -86,7 +93,7 @@ class AgentService:
         """Load the ledger, check it against the kernel and Docker, write a new snapshot."""
         with self.lock:
             recorded = self.ledger.load()
-            recovery = Recovery(self.cgroups, list(self.gpus), self._rules, self.docker)
+            recovery = Recovery(self.cgroups, self.kernel_minors, self._rules, self.docker)
             self.holdings = recovery.run(recorded)
             for h in self.holdings.values():
                 self.allocator.claim(m for m in h.gpus if m in self.gpus)
@@ -124,8 +131,9 @@ class AgentService:
             self._control_read = (now, nodes)
         return list(nodes)
 
-    def _rules(self, minors) -> List[devices.Rule]:
-        granted = [self.gpus.get(m) or Gpu(-1, m, "", "", 0, "", "") for m in minors]
+    def _rules(self, keys) -> List[devices.Rule]:
+        granted = [self.gpus.get(k) or Gpu(-1, k, "", "", 0, "", "") for k in keys
+                   if k in self.gpus or k < 256]      # an unknown MIG key names no node
         return devices.container_rules(granted, self._control())
 
     def _get(self, container_id: str) -> Holding:
@@ -147,7 +155,10 @@ class AgentService:
         self._compact_if_large()
 
     def _unhealthy(self) -> Dict[int, str]:
-        return self.health.not_healthy() if self.health is not None else {}
+        """key -> why, for each device whose GPU is not healthy (a fault of a GPU in MIG
+        mode is a fault of every MIG device on it)."""
+        sick = self.health.not_healthy() if self.health is not None else {}
+        return {k: sick[g.minor] for k, g in self.gpus.items() if g.minor in sick}
 
     def _compact_if_large(self) -> None:
         if self.ledger.needs_compaction():
@@ -163,14 +174,18 @@ class AgentService:
     def _grant(self, h: Holding, control: Optional[List[devices.DeviceNode]] = None) -> Grant:
         gpus = [self.gpus[m] for m in h.gpus if m in self.gpus]
         control = self._control() if control is None else control
-        nodes = control + [devices.gpu_node(g, self.dev_dir) for g in gpus]
+        nodes = control + devices.granted_nodes(gpus, self.dev_dir)
         uuids = ",".join(g.uuid for g in gpus)
+        mig = any(g.key != g.minor for g in gpus)
         return Grant(
             container_id=h.container_id, container_type=h.container_type,
-            gpus=tuple(self._granted[g.minor] for g in gpus),
+            gpus=tuple(self._granted[g.key] for g in gpus),
             devices=tuple(nodes),
+            # CUDA enumerates the MIG devices a process may open by their MIG- UUIDs;
+            # indices would depend on what else the container can see
             env={"NVIDIA_VISIBLE_DEVICES": uuids or "void",
-                 "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(len(gpus)))},
+                 "CUDA_VISIBLE_DEVICES": uuids if mig else
+                 ",".join(str(i) for i in range(len(gpus)))},
             driver_version=self.inventory.driver_version,
             cuda_driver_version=self.inventory.cuda_driver_version,
             volume=self.volume if gpus else None,
@@ -183,13 +198,15 @@ class AgentService:
             held = self.holdings.get(request.container_id)
             if held is not None:
                 if (held.owner == caller and len(held.gpus) == request.gpus
-                        and held.container_type == request.container_type):
+                        and held.container_type == request.container_type
+                        and self._profile_of(held) == request.mig_profile):
                     return self._grant(held)          # the same request again: a retry
                 raise Conflict(f"container {request.container_id} is already prepared "
                                f"(holding GPUs {list(held.gpus)}, by {held.owner.describe() if held.owner else 'an unknown process'})")
-            chosen = self.allocator.allocate(request.gpus, unhealthy=self._unhealthy())
+            chosen = self.allocator.allocate(request.gpus, unhealthy=self._unhealthy(),
+                                             profile=request.mig_profile)
             h = Holding(request.container_id, request.container_type,
-                        tuple(g.minor for g in chosen), tuple(g.uuid for g in chosen),
+                        tuple(g.key for g in chosen), tuple(g.uuid for g in chosen),
                         "prepared", time.time(), caller, task=request.task)
             try:
                 self._put(h)
@@ -290,9 +307,14 @@ class AgentService:
                 h = self._shrink(h, request.gpus)
             return self._grant(h)
 
+    def _profile_of(self, h: Holding) -> str:
+        """The MIG profile of a holding's devices ("" for whole GPUs)."""
+        return next((getattr(self.gpus[k], "profile", "") for k in h.gpus if k in self.gpus), "")
+
     def _grow(self, h: Holding, more: int) -> Holding:
-        added = self.allocator.allocate(more, held=h.gpus, unhealthy=self._unhealthy())
-        new = replace(h, gpus=h.gpus + tuple(g.minor for g in added),
+        added = self.allocator.allocate(more, held=h.gpus, unhealthy=self._unhealthy(),
+                                        profile=self._profile_of(h))
+        new = replace(h, gpus=h.gpus + tuple(g.key for g in added),
                       uuids=h.uuids + tuple(g.uuid for g in added))
         self._put(new)
         crashpoints.reached("update:after_ledger", h.container_id)
@@ -300,7 +322,7 @@ class AgentService:
             if h.state == "isolated":
                 self.cgroups.apply(h.cgroups, self._rules(new.gpus))
         except CgroupVanished as e:
-            self.allocator.release(g.minor for g in added)
+            self.allocator.release(g.key for g in added)
             self._put(h)
             raise Gone(f"container {h.container_id}: its cgroup {e} vanished; "
                        "the container is gone, call cleanup") from None
@@ -426,14 +448,15 @@ class AgentService:
     def gpu_fault(self, minor: int, fault: Fault) -> None:
         """A fault on a managed GPU (from the health monitor): unhealthy now, and when
         the fault loses the work on it, the containers holding it are stopped."""
-        if self.health is None or minor not in self.gpus:
+        if self.health is None or minor not in self.physical:
             return
         self.health.fault(minor, fault)
         if not (fault.kills and self.kill_on_fault):
             return
+        on_it = {k for k, g in self.gpus.items() if g.minor == minor}   # its MIG devices too
         with self.lock:
-            holders = [h for h in self.holdings.values() if minor in h.gpus]
-        gpu = self.gpus[minor]
+            holders = [h for h in self.holdings.values() if on_it & set(h.gpus)]
+        gpu = self.physical[minor]
         for h in holders:
             message = f"GPU {minor} ({gpu.uuid}) became unhealthy: {fault.detail}"
             if self.fault_stop(h) is None:   # a condition that holds comes back every poll
@@ -456,11 +479,14 @@ class AgentService:
         if self.health is None:
             return NodeHealth((), "off")
         with self.lock:
-            holder = {m: cid for cid, h in self.holdings.items() for m in h.gpus}
+            holder: Dict[int, str] = {}
+            for cid, h in sorted(self.holdings.items()):
+                for minor in sorted({self.gpus[k].minor for k in h.gpus if k in self.gpus}):
+                    holder[minor] = ",".join(filter(None, (holder.get(minor), cid)))
         snapshot = self.monitor.snapshot() if self.monitor is not None else {}
         gpus = []
         for s in self.health.all():
-            g = self.gpus[s.minor]
+            g = self.physical[s.minor]
             gpus.append(GpuHealth(
                 minor=s.minor, index=g.index, uuid=g.uuid, name=g.name, state=s.state,
                 since=s.since, reason=s.reason, cause=s.cause, xid=s.xid,
@@ -473,6 +499,9 @@ class AgentService:
         with self.lock:
             return {"inventory": self.inventory.to_json(),
                     "managed": sorted(self.gpus),
+                    "mig_devices": {str(k): {"uuid": g.uuid, "parent_uuid": g.parent_uuid,
+                                             "profile": g.profile}
+                                    for k, g in self.gpus.items() if k != g.minor},
                     "free": sorted(self.allocator.available),
                     "allocated": sorted(self.allocator.allocated),
                     "cgroups": {"host": self.cgroups.host.to_json(),

@@ -26,6 +26,11 @@ class Gpu:
         minor; a MIG device's key is above 255 (isolator/discovery/mig.py)."""
         return self.minor
 
+    def caps(self) -> Tuple[Tuple[int, int], ...]:
+        """(major, minor) of the capability nodes it needs besides its GPU node: none
+        for a whole GPU; a MIG device's GPU and compute instance (mig.py)."""
+        return ()
+
     @property
     def device_path(self) -> str:
         return f"/dev/nvidia{self.minor}"

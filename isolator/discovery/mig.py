@@ -64,6 +64,11 @@ class MigDevice(Gpu):
     def key(self) -> int:
         return mig_key(self.minor, self.gpu_instance_id, self.compute_instance_id)
 
+    def caps(self) -> Tuple[Tuple[int, int], ...]:
+        if self.caps_major is None:
+            return ()
+        return ((self.caps_major, self.gi_cap_minor), (self.caps_major, self.ci_cap_minor))
+
     @property
     def isolatable(self) -> bool:
         return self.caps_major is not None

@@ -17,8 +17,6 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-from isolator.discovery.devices import DeviceNode
-
 PROC_DEVICES = "/proc/devices"
 CAPABILITIES = "/proc/driver/nvidia/capabilities"
 CAPS_NAME = "nvidia-caps"
@@ -68,7 +66,3 @@ class NvidiaCaps:
             raise CapsUnreadable(f"{path}: no 'DeviceFileMinor:' line")
         return int(m.group(1))
 
-
-def cap_node(major: int, minor: int, dev_dir: str = "/dev") -> DeviceNode:
-    """/dev/nvidia-caps/nvidia-cap<minor>: read access is what the driver checks."""
-    return DeviceNode(os.path.join(dev_dir, CAPS_DIR, f"nvidia-cap{minor}"), major, minor)
