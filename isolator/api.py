@@ -39,6 +39,11 @@ SOCKET_ENV = "MESOS_GPU_AGENT_SOCKET"          # how the executor learns the soc
 # The Mesos agent attribute naming the port of the daemon's read-only HTTP endpoint
 # (--metrics_address): how the framework finds GET /v1/health.
 METRICS_PORT_ATTRIBUTE = "gpu_metrics_port"
+# MIG devices in the agent's flags (isolator/daemon/mig_resources.py), read by the
+# framework's matching: `mixed`, one scalar resource per profile, mig-1g.18gb:3; `single`
+# (every GPU in MIG mode, one profile), gpus:N counting MIG devices and this attribute
+MIG_RESOURCE_PREFIX = "mig-"
+MIG_PROFILE_ATTRIBUTE = "gpu_mig_profile"
 
 MESOS = "MESOS"
 DOCKER = "DOCKER"

@@ -6,7 +6,7 @@ import os
 import sys
 from typing import List, Optional
 
-from isolator.daemon import cdi_spec, flags, mesos_agent_flags
+from isolator.daemon import cdi_spec, flags, mesos_agent_flags, mig_resources
 from isolator.cgroups import cgroup_host
 from isolator.health import health_report
 from isolator.discovery import nvml, platform_features
@@ -149,9 +149,9 @@ def cmd_agent_flags(args) -> int:
                                                      operator("attributes", args.attributes),
                                                      platform, port)
     if flag_dir is not None:
-        gpus = f"gpus:{len(selection.gpus)}"
+        gpus = mig_resources.advertise(selection.gpus, inv).resources()
         ours = mesos_agent_flags.node_attributes(selection.gpus, inv, platform, port)
-        for path in flag_dir.write("resources", resources, [gpus], []) + \
+        for path in flag_dir.write("resources", resources, gpus, []) + \
                 flag_dir.write("attributes", attributes, ours,
                                [n for n in mesos_agent_flags.ATTRIBUTE_NAMES
                                 if n not in {a.partition(":")[0] for a in ours}]):

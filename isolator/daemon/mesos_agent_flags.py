@@ -15,6 +15,11 @@
                             x86-64-v3/broadwell; on a node without GPUs the CPU's only
     gpu_metrics_port        with --metrics_address: the port of the daemon's read-only
                             HTTP endpoint (GPU health for the framework, /metrics)
+    gpu_mig_profile         on a node whose GPUs are all in MIG mode with one profile
+                            (`single`): that profile; `gpus` then counts MIG devices
+
+MIG devices (isolator/daemon/mig_resources.py): a GPU in MIG mode is never counted
+in `gpus` whole; on a `mixed` node each profile is a resource, mig-1g.18gb:3.
 
 On a node with several GPU models, gpu_type and gpu_model name the most common
 one (ties: the first by NVML index), gpu_types lists all of them, and memory and
@@ -30,7 +35,9 @@ from collections import Counter
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-from isolator.api import METRICS_PORT_ATTRIBUTE
+from isolator.api import MIG_PROFILE_ATTRIBUTE, METRICS_PORT_ATTRIBUTE
+from isolator.daemon import mig_resources
+from isolator.discovery import mig
 from isolator.daemon.flags import FlagError, parse_resources
 from isolator.discovery.gpu import Gpu, Inventory
 from isolator.discovery.platform_features import ATTRIBUTE as PLATFORM_ATTRIBUTE, NodePlatform
@@ -70,7 +77,14 @@ def _cc_key(cc: str):
 # of them (in a flag file or $MESOS_ATTRIBUTES) is replaced, never kept as the operator's.
 ATTRIBUTE_NAMES = ("gpu_type", "gpu_model", "gpu_types", "gpu_memory_mb",
                    "gpu_compute_capability", "nvidia_driver", "cuda_driver", PLATFORM_ATTRIBUTE,
-                   METRICS_PORT_ATTRIBUTE)
+                   METRICS_PORT_ATTRIBUTE, MIG_PROFILE_ATTRIBUTE)
+
+
+def given(gpus: Sequence[Gpu], inventory: Inventory) -> Sequence[Gpu]:
+    """What a task asking for `gpus` may get: MIG devices on a `single` node."""
+    if mig_resources.advertise(gpus, inventory).strategy == mig_resources.SINGLE:
+        return mig.schedulable(gpus, inventory.mig_devices)
+    return gpus
 
 
 def attributes(gpus: Sequence[Gpu], inventory: Inventory) -> List[str]:
@@ -81,25 +95,31 @@ def attributes(gpus: Sequence[Gpu], inventory: Inventory) -> List[str]:
     attrs = [("gpu_type", _most_common(types)),
              ("gpu_model", gpu_model(_most_common(names))),
              ("gpu_types", "/".join(dict.fromkeys(types))),
-             ("gpu_memory_mb", str(min(g.memory_total for g in gpus) // 2**20)),
+             ("gpu_memory_mb", str(min(g.memory_total for g in given(gpus, inventory)) // 2**20)),
              ("gpu_compute_capability",
               min((g.compute_capability for g in gpus), key=_cc_key))]
     if inventory.driver_version:
         attrs.append(("nvidia_driver", inventory.driver_version))
     if inventory.cuda_driver_version:
         attrs.append(("cuda_driver", inventory.cuda_driver_version))
-    return [f"{k}:{v}" for k, v in attrs]
+    return [f"{k}:{v}" for k, v in attrs] + mig_resources.advertise(gpus, inventory).attributes()
 
 
-def resources(gpu_count: int, operator_resources: Optional[str]) -> str:
-    """The operator's resources with gpus set to what is managed."""
+def ours(name: str) -> bool:
+    """gpus and the MIG profiles' resources are ours: an earlier value is replaced."""
+    return name == "gpus" or mig_resources.is_mig_resource(name)
+
+
+def resources(gpu_count: int, operator_resources: Optional[str],
+              mig: Sequence[str] = ()) -> str:
+    """The operator's resources with gpus (and the MIG profiles') set to what is managed."""
     kept = []
     if operator_resources and not operator_resources.strip().startswith("["):
         kept = [part.strip() for part in operator_resources.split(";")
-                if part.strip() and name_of(part) != "gpus"]
+                if part.strip() and not ours(name_of(part))]
     elif operator_resources:
-        kept = [f"{n}:{v}" for n, v in parse_resources(operator_resources) if n != "gpus"]
-    return ";".join(kept + [f"gpus:{gpu_count}"])
+        kept = [f"{n}:{v}" for n, v in parse_resources(operator_resources) if not ours(n)]
+    return ";".join(kept + [f"gpus:{gpu_count}"] + list(mig))
 
 
 def name_of(part: str) -> str:
@@ -134,7 +154,8 @@ def merged(gpus: Sequence[Gpu], inventory: Inventory, operator_resources: Option
            platform: Optional[NodePlatform] = None,
            metrics_port: Optional[int] = None) -> Tuple[str, str]:
     """(resources, attributes): the operator's, with gpus and our attributes set."""
-    return (resources(len(gpus), operator_resources),
+    advertised = mig_resources.advertise(gpus, inventory)
+    return (resources(advertised.gpus, operator_resources, advertised.resources()[1:]),
             merged_attributes(operator_attributes,
                               node_attributes(gpus, inventory, platform, metrics_port)))
 
@@ -175,9 +196,9 @@ def without_gpus(resources: Optional[str]) -> Optional[str]:
     if not resources:
         return resources
     if resources.strip().startswith("["):
-        items = [r for r in json.loads(resources) if r.get("name") != "gpus"]
+        items = [r for r in json.loads(resources) if not ours(r.get("name", ""))]
         return json.dumps(items)
-    return ";".join(p.strip() for p in resources.split(";") if p.strip() and name_of(p) != "gpus")
+    return ";".join(p.strip() for p in resources.split(";") if p.strip() and not ours(name_of(p)))
 
 
 def env_lines(resources_text: str, attributes_text: str) -> List[str]:
