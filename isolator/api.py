@@ -242,6 +242,22 @@ class GrantedGpu:
         """From a discovery record (isolator.discovery.gpu.Gpu or mig.MigDevice)."""
         return cls(**gpu.to_json())
 
+    def to_json(self) -> Dict[str, Any]:
+        """The MIG fields only when set: a whole GPU's grant stays what clients from
+        before MIG read (their GrantedGpu takes no other keyword)."""
+        d = asdict(self)
+        return {k: v for k, v in d.items()
+                if k not in _MIG_FIELDS or v not in (None, "")}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> "GrantedGpu":
+        return cls(**{k: v for k, v in doc.items() if k in cls.__dataclass_fields__})
+
+
+_MIG_FIELDS = ("mig_mode", "key", "parent_uuid", "gpu_instance_id", "compute_instance_id",
+               "profile", "profile_id", "caps_major", "gi_cap_minor", "ci_cap_minor",
+               "caps_error")
+
 
 @dataclass(frozen=True)
 class Volume:
@@ -268,13 +284,15 @@ class Grant:
         return tuple(g.uuid for g in self.gpus)
 
     def to_json(self) -> Dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        d["gpus"] = [g.to_json() for g in self.gpus]
+        return d
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> "Grant":
         volume = doc.get("volume")
         return cls(container_id=doc["container_id"], container_type=doc["container_type"],
-                   gpus=tuple(GrantedGpu(**g) for g in doc.get("gpus") or ()),
+                   gpus=tuple(GrantedGpu.from_json(g) for g in doc.get("gpus") or ()),
                    devices=tuple(Device(**d) for d in doc.get("devices") or ()),
                    env=dict(doc.get("env") or {}),
                    driver_version=doc.get("driver_version"),
