@@ -97,7 +97,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "larger: 413)")
     p.add_argument("--agent_socket", default=DEFAULT_AGENT_SOCKET, metavar="PATH", type=non_empty,
                    help="the agent daemon's socket on each agent, passed to executors "
-                        f"(default {DEFAULT_AGENT_SOCKET})")
+                        f"(default {DEFAULT_AGENT_SOCKET}); 'none': not passed, each agent's "
+                        "--executor_environment_variables names it (several nodes on one host)")
     p.add_argument("--docker_host", metavar="URL",
                    help="the Docker engine executors use on each agent, passed to them as "
                         "DOCKER_HOST (default: the agent's default engine)")
@@ -455,7 +456,8 @@ def default_scheduler_factory(args: argparse.Namespace, store: StateStore) -> An
         master=args.master, name=args.framework_name,
         gpu_scheduling=args.gpu_scheduling_behavior, failover_timeout=args.failover_timeout,
         refuse_seconds=args.refuse_seconds,
-        executor=taskinfo.ExecutorSettings(agent_socket=args.agent_socket,
+        executor=taskinfo.ExecutorSettings(agent_socket=None if args.agent_socket == "none"
+                                           else args.agent_socket,
                                            docker_host=args.docker_host,
                                            extra_env=gpu_health.executor_env(args)),
         gpu_health_interval=gpu_health.interval(args),
