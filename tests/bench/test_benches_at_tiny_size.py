@@ -48,6 +48,14 @@ TINY = {
         ["--sizes", "20x5"],
         [rf"20 tasks x +5 offers \| grouped matcher: +{NUM} s CPU, +{NUM} placed.*"
          rf"first-fit: +{NUM} s CPU.*speed-up x{NUM}"]),
+    "scale.py": (
+        ["--nodes", "2", "--apps", "2", "--instances", "2", "--kill", "1", "--samples", "5"],
+        [rf"submit -> all TASK_RUNNING +{NUM} s +{NUM} s +{NUM}x",
+         rf"framework CPU s +{NUM} +{NUM} +{NUM}x",
+         rf"executor RSS per task MiB +{NUM} +{NUM} +{NUM}x",
+         rf"GET /v2/tasks +p50 ms +{NUM} +p99 ms +{NUM}", rf"GET /v1/nodes +p50 ms +{NUM}",
+         rf"1 agents SIGKILLed: lost tasks running again +{NUM} s.*granted twice: 0",
+         rf"scale to 0: every GPU free +{NUM} s", r"^left behind: nothing$"]),
     "ui_page_load.py": (
         ["--apps", "5", "--nodes", "3", "--samples", "3"],
         [rf"page load, nodes view, unchanged +p50 +{NUM} ms",
