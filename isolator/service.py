@@ -158,6 +158,13 @@ class AgentService:
             raise Forbidden(f"container {h.container_id} was prepared by "
                             f"{h.owner.describe()}; process {caller.pid} may not {what} it")
 
+    @staticmethod
+    def _check_descendant(pid: int, caller: Owner) -> None:
+        if not is_descendant(pid, caller.pid):
+            raise Forbidden(f"pid {pid} is neither the caller (pid {caller.pid}) nor one of "
+                            "its descendants: a container takes only its own executor's "
+                            "processes")
+
     def _grant(self, h: Holding, control: Optional[List[devices.DeviceNode]] = None) -> Grant:
         gpus = [self.gpus[m] for m in h.gpus if m in self.gpus]
         control = self._control() if control is None else control
@@ -212,6 +219,8 @@ class AgentService:
                 if ((request.pid is not None and h.placed and h.placed.pid == request.pid)
                         or (request.docker_id is not None and h.docker_id == request.docker_id)):
                     return self._grant(h)             # the same request again: a retry
+                if request.pid is not None and h.placed is None and h.container_type == MESOS:
+                    return self._grant(self._placed_before_crash(h, request.pid, caller))
                 raise Conflict(f"container {h.container_id} is already isolated")
             if h.container_type == DOCKER:
                 if request.docker_id is None:
@@ -227,6 +236,29 @@ class AgentService:
                 h = self._isolate_cgroup(h, request.pid, caller)
             self._put(h)       # recovery must know it was isolated: see cleanup
             return self._grant(h)
+
+    def _placed_before_crash(self, h: Holding, pid: int, caller: Owner) -> Holding:
+        """The same isolate again, after a crash between the move and its record:
+        recovery found the process in the cgroups and recorded them without it. It is
+        moved again (the crash may have cut the move between hierarchies) and recorded."""
+        if pid not in (self.cgroups.procs(h.cgroups) or []):
+            raise Conflict(f"container {h.container_id} is already isolated")
+        self._check_descendant(pid, caller)
+        placed = Placed.of_process(pid)
+        try:
+            if placed is None:
+                raise ProcessLookupError(pid)
+            self.cgroups.enter(h.cgroups, pid)
+        except CgroupVanished as e:
+            raise Gone(f"container {h.container_id}: its cgroup {e} vanished; "
+                       "the container is gone, call cleanup") from None
+        except OSError:
+            raise BadRequest(f"pid {pid}: the process exited before it could be isolated")
+        h = replace(h, placed=placed, runtime_cgroups=self._runtime_cgroups(h, pid))
+        self._put(h)
+        log.info("isolated %s: pid %d was moved in before a crash; recorded", h.container_id,
+                 pid)
+        return h
 
     def _check_docker_label(self, container_id: str, docker_id: str) -> None:
         """The Docker container must carry our label with this container id. Asked of the
@@ -247,17 +279,10 @@ class AgentService:
         placed = Placed.of_process(pid)
         if placed is None:
             raise BadRequest(f"pid {pid}: no such process")
-        if not is_descendant(pid, caller.pid):
-            raise Forbidden(f"pid {pid} is neither the caller (pid {caller.pid}) nor one of "
-                            "its descendants: a container takes only its own executor's "
-                            "processes")
+        self._check_descendant(pid, caller)
         if self.cgroups.existing(self.cgroups.paths(h.container_id)):
             raise Conflict(f"container {h.container_id}: a cgroup of that name already exists")
-        try:           # the cgroups runc made for the container carry its id as their name
-            runtime = tuple(sorted(path for path in cgroup_host.process_cgroups(pid).values()
-                                   if os.path.basename(path.rstrip("/")) == h.container_id))
-        except OSError:
-            raise BadRequest(f"pid {pid}: the process exited before it could be isolated")
+        runtime = self._runtime_cgroups(h, pid)
         try:
             paths = self.cgroups.create(h.container_id, self._rules(h.gpus), pid)
         except ProcessLookupError:
@@ -268,6 +293,15 @@ class AgentService:
         log.info("isolated %s: pid %d in %s, GPUs %s", h.container_id, pid,
                  ", ".join(paths.values()), list(h.gpus))
         return replace(h, state="isolated", cgroups=paths, placed=placed, runtime_cgroups=runtime)
+
+    @staticmethod
+    def _runtime_cgroups(h: Holding, pid: int) -> Tuple[str, ...]:
+        """The cgroups runc made for the container: they carry its id as their name."""
+        try:
+            return tuple(sorted(path for path in cgroup_host.process_cgroups(pid).values()
+                                if os.path.basename(path.rstrip("/")) == h.container_id))
+        except OSError:
+            raise BadRequest(f"pid {pid}: the process exited before it could be isolated")
 
     def update(self, request: UpdateRequest, caller: Owner) -> Grant:
         with self.lock:
