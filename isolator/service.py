@@ -38,10 +38,11 @@ from isolator.api import (DOCKER, MESOS, Cleanup, CleanupRequest, Grant, GpuFaul
                           check_container_id)
 from isolator.container_cgroups import CgroupVanished, ContainerCgroups
 from isolator.docker_state import DockerState, DockerUnavailable
+from common.errors import UserError
 from isolator.errors import BadRequest, Conflict, Forbidden, Gone, NotFound, Unavailable
 from isolator.gpu import Gpu, Inventory
 from isolator.gpu_health import UNHEALTHY, Fault, HealthBook, Stop
-from isolator.ledger import Holding, Ledger
+from isolator.ledger import Holding, Ledger, LedgerUnwritable
 from isolator.owner import Owner, Placed, is_descendant
 from isolator.recovery import Recovery, Report
 from isolator.topology import Topology
@@ -77,6 +78,7 @@ class AgentService:
         self.kill_on_fault = kill_on_fault
         self.monitor = None                       # the HealthMonitor, when one runs
         self._usage_slots = threading.BoundedSemaphore(USAGE_SLOTS)
+        self._compact_failed = False
 
     # --- start-up and shutdown -------------------------------------------------------------
 
@@ -88,16 +90,31 @@ class AgentService:
             self.holdings = recovery.run(recorded)
             for h in self.holdings.values():
                 self.allocator.claim(m for m in h.gpus if m in self.gpus)
-            self.ledger.compact(self.holdings)
+            self._record_recovery(recorded)
+            self._compact()
             log.info(recovery.report.summary(self.holdings))
             for h in self.holdings.values():
                 self._watch(h.owner)
             return recovery.report
 
+    def _record_recovery(self, recorded: Dict[str, Holding]) -> None:
+        """What recovery changed, in the journal before anything is served (a snapshot
+        may not fit on a full disk, a few records do): never serve from a state the
+        ledger does not hold. A daemon that cannot record it does not start."""
+        try:
+            for cid in recorded.keys() - self.holdings.keys():
+                self.ledger.remove(cid)
+            for cid, h in self.holdings.items():
+                if recorded.get(cid) != h:
+                    self.ledger.put(h)
+        except LedgerUnwritable as e:
+            raise UserError(f"recovery cannot be recorded: {e}; free space there and start "
+                            "again (the containers keep their GPUs meanwhile)") from None
+
     def close(self) -> None:
         """A last snapshot (the journal emptied) when the daemon stops."""
         with self.lock:
-            self.ledger.compact(self.holdings)
+            self._compact()
             self.ledger.close()
 
     def on_new_owner(self, listener: Callable[[Owner], None]) -> None:
@@ -134,14 +151,16 @@ class AgentService:
         return h
 
     def _put(self, h: Holding) -> None:
-        self.holdings[h.container_id] = h
+        """Record, then change: a change the ledger cannot hold (LedgerUnwritable, a
+        full or failing disk) is not made."""
         self.ledger.put(h)
+        self.holdings[h.container_id] = h
         self._compact_if_large()
 
     def _drop(self, h: Holding) -> None:
+        self.ledger.remove(h.container_id)
         del self.holdings[h.container_id]
         self.allocator.release(h.gpus)
-        self.ledger.remove(h.container_id)
         self._compact_if_large()
 
     def _unhealthy(self) -> Dict[int, str]:
@@ -149,7 +168,23 @@ class AgentService:
 
     def _compact_if_large(self) -> None:
         if self.ledger.needs_compaction():
+            self._compact()
+
+    def _compact(self) -> None:
+        """A new snapshot; one that does not fit costs nothing (the journal has every
+        change), it is said once and tried again at the next compaction."""
+        try:
             self.ledger.compact(self.holdings)
+        except OSError as e:
+            if not self._compact_failed:
+                log.warning("ledger %s: cannot write a new snapshot (%s); the journal %s "
+                            "keeps every change meanwhile", self.ledger.path,
+                            e.strerror or e, self.ledger.journal_path)
+            self._compact_failed = True
+            return
+        if self._compact_failed:
+            log.info("ledger %s: snapshot written again", self.ledger.path)
+        self._compact_failed = False
 
     @staticmethod
     def _check_owner(h: Holding, caller: Owner, what: str) -> None:
@@ -198,9 +233,9 @@ class AgentService:
                         "prepared", time.time(), caller, task=request.task)
             try:
                 self._put(h)
-            except OSError:
-                self.holdings.pop(h.container_id, None)
+            except LedgerUnwritable as e:
                 self.allocator.release(h.gpus)
+                log.error("prepare of %s refused: %s", h.container_id, e)
                 raise
             crashpoints.reached("prepare:after_ledger", h.container_id)
             log.info("prepared %s (%s) for %s: GPUs %s (%s)", h.container_id, h.container_type,
@@ -234,8 +269,24 @@ class AgentService:
                     raise BadRequest(f"container {h.container_id} is a MESOS container: "
                                      "isolate it by 'pid'")
                 h = self._isolate_cgroup(h, request.pid, caller)
-            self._put(h)       # recovery must know it was isolated: see cleanup
+            try:
+                self._put(h)   # recovery must know it was isolated: see cleanup
+            except LedgerUnwritable as e:
+                self._undo_move(h)
+                log.error("isolate of %s refused: %s", h.container_id, e)
+                raise
             return self._grant(h)
+
+    def _undo_move(self, h: Holding) -> None:
+        """An isolate that cannot be recorded is not done: its cgroups go, the process
+        is moved out of them (not killed), and the holding stays prepared."""
+        if not h.cgroups:
+            return
+        try:
+            self.cgroups.remove(h.cgroups, ours=lambda pid: False)
+        except OSError as e:    # recovery strips an unrecorded cgroup of every GPU
+            log.warning("container %s: cannot remove its unrecorded cgroups: %s",
+                        h.container_id, e)
 
     def _placed_before_crash(self, h: Holding, pid: int, caller: Owner) -> Holding:
         """The same isolate again, after a crash between the move and its record:
@@ -255,7 +306,11 @@ class AgentService:
         except OSError:
             raise BadRequest(f"pid {pid}: the process exited before it could be isolated")
         h = replace(h, placed=placed, runtime_cgroups=self._runtime_cgroups(h, pid))
-        self._put(h)
+        try:
+            self._put(h)
+        except LedgerUnwritable as e:
+            log.error("isolate of %s refused: %s", h.container_id, e)
+            raise
         log.info("isolated %s: pid %d was moved in before a crash; recorded", h.container_id,
                  pid)
         return h
@@ -326,14 +381,22 @@ class AgentService:
         added = self.allocator.allocate(more, held=h.gpus, unhealthy=self._unhealthy())
         new = replace(h, gpus=h.gpus + tuple(g.minor for g in added),
                       uuids=h.uuids + tuple(g.uuid for g in added))
-        self._put(new)
+        try:
+            self._put(new)
+        except LedgerUnwritable as e:
+            self.allocator.release(g.minor for g in added)
+            log.error("update of %s refused: %s", h.container_id, e)
+            raise
         crashpoints.reached("update:after_ledger", h.container_id)
         try:
             if h.state == "isolated":
                 self.cgroups.apply(h.cgroups, self._rules(new.gpus))
         except CgroupVanished as e:
-            self.allocator.release(g.minor for g in added)
-            self._put(h)
+            try:
+                self._put(h)
+                self.allocator.release(g.minor for g in added)
+            except LedgerUnwritable:    # the added GPUs stay the container's until cleanup
+                pass
             raise Gone(f"container {h.container_id}: its cgroup {e} vanished; "
                        "the container is gone, call cleanup") from None
         crashpoints.reached("update:after_kernel", h.container_id)
@@ -352,8 +415,12 @@ class AgentService:
                 raise Gone(f"container {h.container_id}: its cgroup {e} vanished; "
                            "the container is gone, call cleanup") from None
         crashpoints.reached("update:after_kernel", h.container_id)
+        try:           # the kernel allows less already: the safe side, until it is recorded
+            self._put(new)
+        except LedgerUnwritable as e:
+            log.error("update of %s refused: %s", h.container_id, e)
+            raise
         self.allocator.release(m for m in h.gpus if m not in keep)
-        self._put(new)
         log.info("updated %s: GPUs %s -> %s", h.container_id, list(h.gpus), list(gpus))
         return new
 
@@ -371,7 +438,14 @@ class AgentService:
             h = self._get(request.container_id)
             killed = self._remove_cgroups(h)
             crashpoints.reached("cleanup:after_kernel", h.container_id)
-            self._drop(h)
+            try:
+                self._drop(h)
+            except LedgerUnwritable as e:
+                log.error("cleanup of %s: its GPUs %s stay held until the cleanup is "
+                          "recorded: %s", h.container_id, list(h.gpus), e)
+                raise LedgerUnwritable(f"container {h.container_id} is stopped, its GPUs "
+                                       f"stay held until it can be recorded: {e}; ask the "
+                                       "cleanup again") from None
             if killed:
                 log.info("cleanup of %s killed %d leftover process(es)", h.container_id,
                          len(killed))
@@ -412,7 +486,12 @@ class AgentService:
                 return False
             killed = self._remove_cgroups(h) if stop else []
             crashpoints.reached("release:after_stop", h.container_id)
-            self._drop(h)
+            try:
+                self._drop(h)
+            except LedgerUnwritable as e:       # the next reconciliation pass tries again
+                log.warning("container %s: its release cannot be recorded yet: %s",
+                            h.container_id, e)
+                return False
             self.counters[f"released_{reason}"] += 1
         log.warning("container %s released GPUs %s: %s%s", h.container_id, list(h.gpus), why,
                     f" ({len(killed)} process(es) killed)" if killed else "")
@@ -423,7 +502,12 @@ class AgentService:
         (its executor died between `docker run` and isolate, or the answer was lost)."""
         with self.lock:
             if self.holdings.get(h.container_id) is h:
-                self._put(replace(h, state="isolated", docker_id=docker_id))
+                try:
+                    self._put(replace(h, state="isolated", docker_id=docker_id))
+                except LedgerUnwritable as e:   # the next reconciliation pass tries again
+                    log.warning("container %s: cannot record it as isolated yet: %s",
+                                h.container_id, e)
+                    return
                 log.info("container %s: its Docker container %s runs: recorded as isolated",
                          h.container_id, docker_id[:12])
 
