@@ -38,7 +38,6 @@ from isolator.api import (DOCKER, MESOS, Cleanup, CleanupRequest, Grant, GpuFaul
                           check_container_id)
 from isolator.container_cgroups import CgroupVanished, ContainerCgroups
 from isolator.docker_state import DockerState, DockerUnavailable
-from common.errors import UserError
 from isolator.errors import BadRequest, Conflict, Forbidden, Gone, NotFound, Unavailable
 from isolator.gpu import Gpu, Inventory
 from isolator.gpu_health import UNHEALTHY, Fault, HealthBook, Stop
@@ -79,6 +78,7 @@ class AgentService:
         self.monitor = None                       # the HealthMonitor, when one runs
         self._usage_slots = threading.BoundedSemaphore(USAGE_SLOTS)
         self._compact_failed = False
+        self._unrecorded: set = set()            # releases the ledger refused, said once
 
     # --- start-up and shutdown -------------------------------------------------------------
 
@@ -87,29 +87,41 @@ class AgentService:
         with self.lock:
             recorded = self.ledger.load()
             recovery = Recovery(self.cgroups, list(self.gpus), self._rules, self.docker)
-            self.holdings = recovery.run(recorded)
+            self.holdings = self._record_recovery(recorded, recovery.run(recorded))
             for h in self.holdings.values():
                 self.allocator.claim(m for m in h.gpus if m in self.gpus)
-            self._record_recovery(recorded)
             self._compact()
             log.info(recovery.report.summary(self.holdings))
             for h in self.holdings.values():
                 self._watch(h.owner)
             return recovery.report
 
-    def _record_recovery(self, recorded: Dict[str, Holding]) -> None:
+    def _record_recovery(self, recorded: Dict[str, Holding],
+                         recovered: Dict[str, Holding]) -> Dict[str, Holding]:
         """What recovery changed, in the journal before anything is served (a snapshot
-        may not fit on a full disk, a few records do): never serve from a state the
-        ledger does not hold. A daemon that cannot record it does not start."""
-        try:
-            for cid in recorded.keys() - self.holdings.keys():
-                self.ledger.remove(cid)
-            for cid, h in self.holdings.items():
-                if recorded.get(cid) != h:
+        may not fit on a full disk, a few records do): the daemon never serves from a
+        state the ledger does not hold. A change the journal cannot take is not made:
+        that container stays as recorded (its GPUs held), for the reconciler to settle
+        once the disk takes it."""
+        out = dict(recovered)
+        kept = []
+        changes = [(cid, None) for cid in recorded.keys() - recovered.keys()]
+        changes += [(cid, h) for cid, h in recovered.items() if recorded.get(cid) != h]
+        for cid, h in changes:
+            try:
+                if h is None:
+                    self.ledger.remove(cid)
+                else:
                     self.ledger.put(h)
-        except LedgerUnwritable as e:
-            raise UserError(f"recovery cannot be recorded: {e}; free space there and start "
-                            "again (the containers keep their GPUs meanwhile)") from None
+            except LedgerUnwritable as e:      # recovery only keeps or changes records
+                out[cid] = recorded[cid]
+                kept.append(cid)
+                error = e
+        if kept:
+            log.warning("recovery: %d container(s) kept as recorded (%s): the journal cannot "
+                        "take what recovery decided for them; the reconciler settles them "
+                        "once it can: %s", len(kept), ", ".join(sorted(kept)), error)
+        return out
 
     def close(self) -> None:
         """A last snapshot (the journal emptied) when the daemon stops."""
@@ -489,9 +501,12 @@ class AgentService:
             try:
                 self._drop(h)
             except LedgerUnwritable as e:       # the next reconciliation pass tries again
-                log.warning("container %s: its release cannot be recorded yet: %s",
-                            h.container_id, e)
+                if h.container_id not in self._unrecorded:
+                    log.warning("container %s: its release cannot be recorded yet (tried "
+                                "again each pass): %s", h.container_id, e)
+                self._unrecorded.add(h.container_id)
                 return False
+            self._unrecorded.discard(h.container_id)
             self.counters[f"released_{reason}"] += 1
         log.warning("container %s released GPUs %s: %s%s", h.container_id, list(h.gpus), why,
                     f" ({len(killed)} process(es) killed)" if killed else "")
