@@ -13,6 +13,7 @@ import random
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Dict, List, Tuple
 
@@ -96,7 +97,7 @@ def test_random_sigkills_under_concurrent_clients_never_double_grant(daemon_fact
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
     problems: List[str] = []
-    released = 0
+    recovered: Counter = Counter()
     try:
         for kill in range(KILLS):
             steps = _lines(records) + rng.randint(1, MAX_STEPS)
@@ -104,7 +105,7 @@ def test_random_sigkills_under_concurrent_clients_never_double_grant(daemon_fact
                        interval=0.01)
             time.sleep(rng.uniform(0, MAX_PAUSE))
             agent.kill9()
-            released += _released(agent.log())
+            recovered += _recovered(agent.log())
             agent = daemon_factory(agent.layout, work_dir=agent.work_dir, device_cgroup="both")
             problems += [f"after restart {kill + 1}: {p}"
                          for p in _check_after_restart(agent, records, pids)]
@@ -118,7 +119,7 @@ def test_random_sigkills_under_concurrent_clients_never_double_grant(daemon_fact
             if c.poll() is None:
                 c.kill()
                 c.wait()
-    released += _released(agent.log())
+    recovered += _recovered(agent.log())
     holds = _holds(records)
     doubles = _double_grants(holds)
     cycles = sum(1 for h in holds.values() if "until" in h)
@@ -126,7 +127,8 @@ def test_random_sigkills_under_concurrent_clients_never_double_grant(daemon_fact
                        if h.get("isolate", "ok") != "ok"}
     print(f"double-grant drill (seed {seed}): {KILLS} SIGKILLs, {KILLS} restarts, "
           f"{CLIENTS} clients, {cycles} prepare/isolate/cleanup cycles, "
-          f"{released} stale container(s) released by recovery, "
+          f"{recovered['released']} stale container(s) released and {recovered['kept']} "
+          "ended one(s) kept for their living owner by recovery, "
           f"{len(doubles)} double grant(s)")
     assert doubles == [], [(m, a, holds[a], b, holds[b]) for m, a, b in doubles[:5]]
     assert problems == []
@@ -138,10 +140,15 @@ def test_random_sigkills_under_concurrent_clients_never_double_grant(daemon_fact
     assert agent.client.info()["free"] == list(range(8))
 
 
-def _released(log: str) -> int:
-    """Containers recovery released in the daemon log of one run."""
-    n = 0
+def _recovered(log: str) -> Counter:
+    """What recovery did in the daemon log of one run: containers released, and
+    ended ones kept for their living owner (the windows the drill aims at)."""
+    counts: Counter = Counter()
     for line in log.splitlines():
-        if "stale container(s) released" in line:
-            n += int(line.split("; ")[1].split(" ")[0])
-    return n
+        if "ledger recovered: " in line:
+            for part in line.split("; ")[1:]:
+                if "stale container(s) released" in part:
+                    counts["released"] += int(part.split(" ")[0])
+                if "ended container(s) kept" in part:
+                    counts["kept"] += int(part.split(" ")[0])
+    return counts
