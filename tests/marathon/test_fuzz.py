@@ -136,7 +136,16 @@ def check_answer(service, api, method, path, body, apps_before, plans_before):
         if method in ("POST", "PUT") and reply.status == 201:
             created = reply.headers.get("location")
             kind = "groups" if path.startswith("/v2/groups") else "apps"
-            assert created and api.delete(f"/v2/{kind}{quote(created)}?force=true").status == 200
+            assert created
+            deleted = api.delete(f"/v2/{kind}{quote(created)}?force=true").status
+            group = created
+            while deleted != 200 and kind == "apps" and group.count("/") > 1:
+                # an id with a route's word inside cannot be named by a path, as in
+                # Marathon (DELETE /v2/apps/a/tasks/b kills task b of /a, and group
+                # /a/tasks ends with a reserved word): the first group above that can
+                group = group.rsplit("/", 1)[0]
+                deleted = api.delete(f"/v2/groups{quote(group)}?force=true").status
+            assert deleted == 200, (created, deleted)
         return
     error = reply.json
     assert isinstance(error, dict) and isinstance(error.get("message"), str), reply.raw[:300]
