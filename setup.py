@@ -14,7 +14,8 @@ setup(
     package_data={
         # built on the user's machine by `python -m localcluster build`
         "localcluster": ["mesos_local/*.py", "mesos_local/*.cpp", "mesos_local/*.sh",
-                         "mesos_local/*.md", "mesos_local/scripts/*", "fake_nvml/*.c"],
+                         "mesos_local/*.md", "mesos_local/scripts/*", "fake_nvml/*.c",
+                         "cuda_probe/*.c"],
         "localcluster.cognitive": ["apps/*.json"],
         # the dashboard, served as it is (no build step)
         "framework.ui": ["static/*.html", "static/*.css", "static/*.svg", "static/js/*.js"],

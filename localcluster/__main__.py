@@ -14,10 +14,12 @@ from localcluster.paths import BUILD_DIR, LocalClusterError
 
 
 def _parts() -> List[Tuple[str, Callable[[], object]]]:
-    from localcluster import driver_files, fake_nvml, mesos
+    from localcluster import cuda_probe, driver_files, fake_nvml, mesos
     return [("mesos", mesos.build), ("fake-nvml", fake_nvml.build),
             ("driver-files", driver_files.build),
-            ("driver-files-old", driver_files.build_old)]    # two-version hosts (tests, bench)
+            ("driver-files-old", driver_files.build_old),    # two-version hosts (tests, bench)
+            ("driver-files-470", driver_files.build_470),    # a driver older than 535's compat
+            ("cuda-probe", cuda_probe.build)]                # what a task's loader maps
 
 
 def cmd_build(args) -> int:

@@ -271,6 +271,18 @@ class DockerEngine:
             api.tag(self._imported[key], repo, version)
         return f"{repo}:{version}"
 
+    def import_rootfs(self, tag: str, rootfs: bytes, labels: Optional[Dict[str, str]] = None,
+                      env: Optional[Dict[str, str]] = None,
+                      cmd: Union[None, str, Sequence[str]] = None) -> str:
+        """`docker import` a root filesystem tar as `tag`; returns the reference."""
+        repo, version = _split_ref(tag)
+        answer = self.client().api.import_image_from_data(
+            rootfs, repository=repo, tag=version, changes=image_changes(labels, env, cmd))
+        status = json.loads(answer.strip().splitlines()[-1]) if answer else {}
+        if "error" in status:
+            raise LocalClusterError(f"docker import {tag}: {status['error']}")
+        return f"{repo}:{version}"
+
     def remove_containers(self) -> None:
         """Force-remove every container of this engine (running or not)."""
         for c in self.client().containers.list(all=True):

@@ -96,6 +96,18 @@ OLD_PACKAGES: Tuple[Tuple[str, str, str], ...] = (
     ("firmware-nvidia-gsp", "amd64", _NVIDIA_OLD),
     ("libcuda1", "i386", _NVIDIA_OLD),
 )
+# A driver of an older branch (Debian's Tesla 470 packages): a node running it
+# is what makes a 535 CUDA compat libcuda "newer" (NVIDIA's rule compares major
+# versions, and the archive has nothing above 535 for bookworm).
+DRIVER_470_VERSION = "470.256.02"
+CUDA_470_VERSION = 11040                # nvmlSystemGetCudaDriverVersion of 470
+_TESLA_470 = f"{DRIVER_470_VERSION}-1~deb12u1"
+PACKAGES_470: Tuple[Tuple[str, str, str], ...] = (
+    ("libnvidia-tesla-470-ml1", "amd64", _TESLA_470),
+    ("libnvidia-tesla-470-cuda1", "amd64", _TESLA_470),
+    ("libnvidia-tesla-470-ptxjitcompiler1", "amd64", _TESLA_470),
+    ("nvidia-tesla-470-smi", "amd64", _TESLA_470),
+)
 TRIPLETS = {"amd64": "x86_64-linux-gnu", "i386": "i386-linux-gnu"}
 SYSTEM_SOURCES = Path("/etc/apt/sources.list.d/debian.sources")
 
@@ -104,6 +116,7 @@ APT_DIR = DRIVER_DIR / "apt"
 DEBS_DIR = DRIVER_DIR / "debs"
 ROOT = DRIVER_DIR / "root"
 OLD_ROOT = DRIVER_DIR / f"root-{OLD_DRIVER_VERSION}"
+ROOT_470 = DRIVER_DIR / f"root-{DRIVER_470_VERSION}"
 STAMP_NAME = ".build-driver-files.json"     # the spec a tree was made from
 STAMP = ROOT / STAMP_NAME
 LAYOUTS = ("same-directory", "two-directories")
@@ -235,10 +248,17 @@ def _ldconfig(root: Path) -> None:
         raise LocalClusterError(f"ldconfig -r {root} made no etc/ld.so.cache")
 
 
+def package_dir(root: Path) -> str:
+    """The flavour directory Debian's packages use: current, or tesla-470."""
+    found = sorted(p.name for p in (root / "usr" / "lib" / "nvidia").glob("*") if p.is_dir())
+    return found[0] if found else "current"
+
+
 def _lay_out(root: Path) -> None:
     """Alternatives links, ld.so.conf, and the ld.so.cache from real ldconfig."""
+    flavour = package_dir(root)
     for arch, triplet in TRIPLETS.items():
-        current = root / "usr" / "lib" / triplet / "nvidia" / "current"
+        current = root / "usr" / "lib" / triplet / "nvidia" / flavour
         if not current.is_dir():
             continue
         for entry in sorted(current.iterdir()):
@@ -246,7 +266,8 @@ def _lay_out(root: Path) -> None:
                 rel = entry.relative_to(root).as_posix()
                 _alternative(root, f"usr/lib/{triplet}/{entry.name}", rel,
                              f"nvidia--{entry.name}-{triplet}")
-    _alternative(root, "usr/bin/nvidia-smi", "usr/lib/nvidia/current/nvidia-smi", "nvidia--nvidia-smi")
+    _alternative(root, "usr/bin/nvidia-smi", f"usr/lib/nvidia/{flavour}/nvidia-smi",
+                 "nvidia--nvidia-smi")
     # Files a host has that are not part of the driver's user space.
     for junk in ("usr/share", "var"):
         shutil.rmtree(root / junk, ignore_errors=True)
@@ -288,6 +309,11 @@ def build() -> Path:
 def build_old() -> Path:
     """The tree OLD_ROOT of OLD_DRIVER_VERSION, laid out the same way."""
     return _build_tree(OLD_ROOT, OLD_DRIVER_VERSION, OLD_PACKAGES)
+
+
+def build_470() -> Path:
+    """The tree ROOT_470 of DRIVER_470_VERSION (Tesla 470: NVML, CUDA, nvidia-smi)."""
+    return _build_tree(ROOT_470, DRIVER_470_VERSION, PACKAGES_470)
 
 
 def _link_tree(src: Path, dest: Path) -> None:

@@ -29,7 +29,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Dict, Optional, Sequence
 
-from isolator import cgroup_host, platform_features
+from isolator.cgroups import cgroup_host
+from isolator.discovery import platform_features
 from isolator.client import AgentClient
 from localcluster import device_nodes
 from localcluster.processes import remove_cgroup_tree
@@ -51,8 +52,10 @@ class GpuNode:
     def __init__(self, layout: Optional[fake_nvml.Layout], docker_host: Optional[str] = None,
                  volume: bool = True, cpuinfo: Optional[str] = None,
                  metrics_address: Optional[str] = None,
-                 daemon_args: Sequence[str] = ()) -> None:
+                 daemon_args: Sequence[str] = (),
+                 driver_root: Optional[Path] = None) -> None:
         self.layout = layout
+        self.driver_root = driver_root  # the host's driver files (default: the Debian 535 tree)
         self.cpuinfo = cpuinfo          # a recorded /proc/cpuinfo: the node's simulated CPU
         self.docker_host = docker_host
         self.volume = volume
@@ -101,7 +104,7 @@ class GpuNode:
             device_nodes.make_device_nodes(self.dev_dir, self.minors)
             args += ["--dev_dir", str(self.dev_dir), "--device_cgroup", "v1"]
         if self.volume:
-            root = driver_files.build() if self.simulated else "/"
+            root = self.driver_root or (driver_files.build() if self.simulated else "/")
             args += ["--driver_root", str(root), "--volume_root", str(self.dir / "volumes")]
         else:
             args += ["--driver_volume", "none"]

@@ -15,9 +15,14 @@ How files are found:
   filters, `lib64/` for ELF class 64 and `lib/` for class 32, and links: the
   DT_SONAME, every name the cache lists for the file (as Mesos's volume), and
   the extra names nvidia-docker and NVIDIA's toolkit add (EXTRA_LINKS).
-- Binaries: the first on a PATH under the root (links followed) that is not of
-  another driver (its bytes carry the running version string, or no driver
-  version at all).
+- Binaries: the driver's own programs, looked for beside the running driver's
+  libnvidia-ml (a driver root such as /usr/local/nvidia/{lib64,bin}), in the
+  driver roots' usual directories (DRIVER_BIN_DIRS), then on the host's PATH
+  (links followed inside the root). Only an ELF executable whose bytes carry
+  the running version is taken (one carrying no version at all only when no
+  other of its name does, as 535's nvidia-cuda-mps-server): a shell wrapper (/usr/bin/nvidia-smi on hosts
+  whose driver lives under /usr/local/nvidia) would exec itself in a
+  container, and another driver's program would not talk to this one.
 - GSP firmware: `nvidia/<version>/gsp*.bin` in the kernel's firmware search
   path, as NVIDIA's toolkit mounts it; containers see it at FIRMWARE_DIR.
 """
@@ -116,6 +121,10 @@ LEFT_OUT: Tuple[Component, ...] = (
     Component("libnvidia-wfb.so", "x11", "X server wrapped framebuffer module"),
     Component("libdxcore.so", "wsl", "WSL 2 only"),
 )
+
+# Driver roots' usual program directories, after those beside libnvidia-ml:
+# GPU-operator and cloud images (/usr/local/nvidia), Debian's packages.
+DRIVER_BIN_DIRS = ("/usr/local/nvidia/bin", "/usr/lib/nvidia/current")
 
 # Binaries both upstreams leave out: nvidia-modprobe, nvidia-settings and
 # nvidia-xconfig act on the host; nv-fabricmanager is a host daemon.
@@ -499,30 +508,95 @@ def _placed(found: _Found) -> List[Library]:
     return libraries
 
 
+def _binary_dirs(found: _Found, search_path: str) -> List[str]:
+    """Where the driver's programs are looked for, in order: beside the running
+    driver's libnvidia-ml (its directory, then ../bin and ../sbin of it: a driver
+    root such as /usr/local/nvidia), the driver roots' usual directories, then
+    the host's PATH. Paths are inside the root."""
+    dirs: List[str] = []
+    for real, (component, info, _) in found.files.items():
+        if component.name == "libnvidia-ml.so" and info.bits == 64:
+            libdir = os.path.dirname(_inside(found, real))
+            parent = os.path.dirname(libdir)
+            dirs += [libdir, f"{parent}/bin", f"{parent}/sbin"]
+    dirs += list(DRIVER_BIN_DIRS)
+    dirs += [d for d in search_path.split(":") if d.startswith("/")]
+    return list(dict.fromkeys(d.rstrip("/") or "/" for d in dirs))
+
+
+def _program_problem(found: _Found, real: Path) -> Optional[str]:
+    """Why `real` is not the running driver's program (None: it is)."""
+    try:
+        with open(real, "rb") as f:
+            magic = f.read(4)
+    except OSError as e:
+        return f"unreadable ({e.strerror})"
+    if magic != elf.ELF_MAGIC:
+        return "a script or other non-ELF file (a wrapper would run into itself in a container)"
+    if found.version and not _contains(real, found.version.encode()):
+        other = _other_driver_string(real)
+        if other is not None:
+            found.other(real, other)
+            return f"a program of driver {other}"
+        return UNVERSIONED
+    return None
+
+
+# Some of the driver's programs carry no version string (nvidia-cuda-mps-server
+# of 535): one is taken only when no program of the name carries the running
+# version, and the log says so.
+UNVERSIONED = "an ELF program that carries no driver version"
+
+
 def _binaries(found: _Found, search_path: str) -> List[Binary]:
+    """The running driver's own programs: the first ELF executable of each name
+    that carries the running version; what is passed over is logged once per
+    program with the one taken."""
     binaries = []
-    dirs = [d for d in search_path.split(":") if d.startswith("/")]
+    dirs = _binary_dirs(found, search_path)
     for component in BINARIES:
+        passed: List[str] = []
+        seen: set = set()
+        unversioned: Optional[Path] = None
         for d in dirs:
-            candidate = f"{d.rstrip('/')}/{component.name}"
+            candidate = f"{d}/{component.name}"
             try:
                 real = found.resolver.resolve(candidate)
             except rootpath.EscapeError:
                 raise
             except UserError:
                 continue
-            if not (real.is_file() and os.access(real, os.X_OK)):
+            if real in seen or not (real.is_file() and os.access(real, os.X_OK)):
                 continue
-            if found.version and not _contains(real, found.version.encode()):
-                other = _other_driver_string(real)
-                if other is not None:        # another driver's copy earlier on PATH
-                    found.other(real, other)
-                    continue
+            seen.add(real)
+            problem = _program_problem(found, real)
+            if problem == UNVERSIONED:
+                unversioned = unversioned or real
+                continue
+            if problem is not None:
+                shown = candidate if str(real) == found.resolver.top.rstrip("/") + candidate \
+                    else f"{candidate} (-> {_inside(found, real)})"
+                passed.append(f"{shown}: {problem}")
+                found.skip(str(real), problem)
+                continue
             binaries.append(Binary(component.name, real))
+            if passed:
+                log.info("driver volume: %s from %s; passed over %s", component.name,
+                         _inside(found, real), "; ".join(passed))
             break
         else:
-            log.debug("driver volume: binary %s not on %s under %s", component.name,
-                      search_path, found.resolver.top)
+            if unversioned is not None:
+                binaries.append(Binary(component.name, unversioned))
+                (log.info if passed else log.debug)("driver volume: %s from %s, which carries no driver version (none "
+                         "of the name carries %s)%s", component.name,
+                         _inside(found, unversioned), found.version,
+                         "; passed over " + "; ".join(passed) if passed else "")
+            elif passed:
+                log.warning("driver volume: no %s of driver %s; passed over %s", component.name,
+                            found.version, "; ".join(passed))
+            else:
+                log.debug("driver volume: binary %s not found in %s under %s", component.name,
+                          ":".join(dirs), found.resolver.top)
     return binaries
 
 

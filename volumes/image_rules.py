@@ -4,15 +4,21 @@
   task's) environment decides when present (empty or `void` means no); else
   the label `com.nvidia.volumes.needed` decides by its presence (its value,
   `nvidia_driver` in nvidia-docker images, is not looked at).
-- The CUDA rule is nvidia-docker's, which Mesos lacks: an image labelled
-  `com.nvidia.cuda.version` newer than the driver's CUDA version is refused
-  before anything starts.
+- The CUDA rule is nvidia-docker's, which Mesos lacks, with forward
+  compatibility as NVIDIA's toolkit has it: an image labelled
+  `com.nvidia.cuda.version` newer than the driver's CUDA version runs when its
+  own compat libcuda (/usr/local/cuda/compat, see volumes.cuda_compat) is of a
+  newer driver branch than the running one, and is refused before anything
+  starts otherwise, naming the image's CUDA, the driver's and why.
 """
 import re
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, Mapping, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Mapping, Optional, Tuple, Union
 
 from common.errors import UserError
+
+if TYPE_CHECKING:
+    from volumes.cuda_compat import Decision
 
 LABEL_VOLUMES = "com.nvidia.volumes.needed"
 LABEL_CUDA = "com.nvidia.cuda.version"
@@ -51,8 +57,11 @@ def parse_cuda_version(text: str, what: str) -> Tuple[int, int]:
     return parts[0], parts[1]
 
 
-def check_cuda(driver_cuda: Optional[str], image_cuda: Optional[str]) -> None:
-    """Refuse an image that needs a newer CUDA than the driver supports."""
+def check_cuda(driver_cuda: Optional[str], image_cuda: Optional[str],
+               compat: Optional["Decision"] = None, driver_version: Optional[str] = None) -> None:
+    """Refuse an image that needs a newer CUDA than the driver supports, unless
+    its CUDA forward-compatibility libcuda covers this driver (`compat`, decided
+    by volumes.cuda_compat from the image's own files)."""
     if image_cuda is None:
         return
     image = parse_cuda_version(image_cuda, f"label {LABEL_CUDA}")
@@ -60,8 +69,20 @@ def check_cuda(driver_cuda: Optional[str], image_cuda: Optional[str]) -> None:
         raise UserError(f"unsupported CUDA version: the image needs CUDA {image_cuda} "
                         f"and this host has no NVIDIA driver")
     driver = parse_cuda_version(driver_cuda, "driver CUDA version")
-    if driver < image:
-        raise UserError(f"unsupported CUDA version: driver {driver_cuda} < image {image_cuda}")
+    if driver >= image:
+        return
+    if compat is not None and compat.use:
+        return          # the image's compat libcuda of a newer branch runs it
+    driver_name = f"driver {driver_version} (CUDA {driver_cuda})" if driver_version \
+        else f"the driver's CUDA {driver_cuda}"
+    if compat is None or compat.compat is None:
+        why = ("and the image has no CUDA forward-compatibility libcuda in "
+               "/usr/local/cuda/compat that would run it")
+    else:
+        why = (f"and its forward-compatibility {compat.compat.filename} is not of a newer "
+               f"driver branch than the running one, so it cannot run it")
+    raise UserError(f"unsupported CUDA version: the image needs CUDA {image_cuda}, newer than "
+                    f"{driver_name}, {why}")
 
 
 @dataclass(frozen=True)

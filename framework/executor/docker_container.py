@@ -2,11 +2,12 @@
 GPUs the agent daemon granted.
 
 - devices: the granted GPU nodes and the control devices, nothing else
-  (isolator.docker_devices); privileged only when the app asks and the
+  (isolator.cgroups.docker_devices); privileged only when the app asks and the
   operator allowed it (the API refuses it otherwise);
 - the driver volume at /usr/local/nvidia, read-only, only when the image rules
   say so (volumes.image_rules: NVIDIA_VISIBLE_DEVICES in the image env, else the
-  label com.nvidia.volumes.needed), with PATH / LD_LIBRARY_PATH set as Mesos does;
+  label com.nvidia.volumes.needed), with PATH / LD_LIBRARY_PATH set as Mesos does
+  except for CUDA compat directories (volumes.environment, volumes.cuda_compat);
 - NVIDIA_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES from the grant;
 - the sandbox at /mnt/mesos/sandbox (MESOS_SANDBOX, the working directory), the
   app's volumes, its user, host networking or BRIDGE with its host ports
@@ -33,10 +34,10 @@ import docker.errors
 from framework.executor import sandbox as sandbox_files
 from framework.executor.launch_errors import TaskFailure
 from framework.executor.task_process import command_of, driver_volume, task_environment
-from framework.task_spec import BRIDGE, TaskSpec
-from isolator import docker_devices
+from framework.tasks.task_spec import BRIDGE, TaskSpec
+from isolator.cgroups import docker_devices
 from isolator.api import Grant
-from volumes import environment, image_rules
+from volumes import cuda_compat, environment, image_rules
 from common.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -74,9 +75,11 @@ def inspect(client: docker.DockerClient, image: str, agent: str) -> image_rules.
         raise TaskFailure(f"{e} (on agent {agent})") from None
 
 
-def check_cuda(driver_cuda: Optional[str], image: image_rules.ImageInfo) -> None:
+def check_cuda(driver_cuda: Optional[str], image: image_rules.ImageInfo,
+               compat: Optional[cuda_compat.Decision] = None,
+               driver_version: Optional[str] = None) -> None:
     try:
-        image_rules.check_cuda(driver_cuda, image.cuda_version)
+        image_rules.check_cuda(driver_cuda, image.cuda_version, compat, driver_version)
     except UserError as e:
         raise TaskFailure(f"image {image.ref}: {e}") from None
 
@@ -87,7 +90,8 @@ class DockerContainer:
     def __init__(self, spec: TaskSpec, container_id: str, client: docker.DockerClient,
                  image: image_rules.ImageInfo, grant: Optional[Grant],
                  extra_env: Mapping[str, str], sandbox: str = "",
-                 docker_host: Optional[str] = None) -> None:
+                 docker_host: Optional[str] = None,
+                 compat: Optional[cuda_compat.Decision] = None) -> None:
         self.spec = spec
         self.container_id = container_id
         self.client = client
@@ -99,7 +103,7 @@ class DockerContainer:
         self.container: Optional[Any] = None
         self.volume_path = driver_volume(grant, image.needs_volume)
         self.env = task_environment(self.spec, self.image.env, self.grant,
-                                    bool(self.volume_path), self.extra_env)
+                                    bool(self.volume_path), self.extra_env, compat)
 
     def describe(self) -> str:
         volume = f", driver volume {self.volume_path}" if self.volume_path else ""

@@ -1,6 +1,6 @@
 """`mesos-gpu executor`: the executor the agent starts for each of our tasks.
 
-For each task (its TaskSpec is in TaskInfo.data, see framework.taskinfo):
+For each task (its TaskSpec is in TaskInfo.data, see framework.tasks.taskinfo):
 
 1. TASK_STARTING;
 2. checks that cannot wait: the Docker engine is there (DOCKER, or MESOS with
@@ -44,21 +44,24 @@ from typing import Any, Mapping, Optional, Union
 from pymesos import Executor, MesosExecutorDriver, decode_data, encode_data
 from pymesos.utils import parse_duration
 
-import framework.mesos_driver  # noqa: F401  (no interrupt_main from pymesos' IO thread)
-from framework import taskinfo
+import framework.scheduling.mesos_driver  # noqa: F401  (no interrupt_main from pymesos' IO thread)
+from framework.tasks import taskinfo
 from framework.executor.docker_container import (DockerContainer, check_cuda, docker_client,
                                                   inspect, pull)
 from framework.executor.health import HealthChecker, HealthStatus
+from framework.executor.image_compat import image_compat_library
 from framework.executor.host_ports import check_free
 from framework.executor.launch_errors import TaskFailure
+from framework.executor.task_process import log_compat
 from framework.executor import variant_check
-from framework.health_check import COMMAND, HealthCheckError
+from framework.tasks.health_check import COMMAND, HealthCheckError
 from framework.executor.usage_reporter import UsageReporter
-from framework.task_spec import DOCKER, TaskSpec
+from framework.tasks.task_spec import DOCKER, TaskSpec
 from framework.executor.mesos_container import (MesosHostContainer, MesosImageContainer,
                                                become_subreaper)
 from isolator.api import Grant, GpuFaultStop, TaskLabels
 from isolator.client import AgentClient, AgentError
+from volumes import cuda_compat
 from volumes.environment import DEFAULT_PATH
 from common.errors import UserError
 
@@ -307,15 +310,15 @@ class TaskRun:
     def _create(self, spec: TaskSpec) -> Optional[Grant]:
         """Checks, prepare, create, isolate: everything before the start."""
         agent = self.executor.agent_name
-        client = image = None
+        client = image = compat = None
         if spec.container == DOCKER or spec.image:
             client = docker_client(self.executor.docker_host, agent)
             variant_check.verify(spec, client, self.executor.agent, agent)  # pulls it too
             if spec.force_pull and not spec.variant:
                 pull(client, spec.image, agent)
             image = inspect(client, spec.image, agent)
-            if image.cuda_version is not None:
-                check_cuda(self._driver_cuda(spec), image)
+            if image.cuda_version is not None or (image.needs_volume and spec.gpus > 0):
+                compat = self._image_compat(spec, client, image)
         check_free(spec.ports, spec.host_ports, agent)
         grant = self._prepare(spec)
         extra = {"MESOS_TASK_ID": self.task_id}
@@ -323,10 +326,11 @@ class TaskRun:
             if spec.container == DOCKER:
                 self.container = DockerContainer(spec, self.container_id, client, image, grant,
                                                  extra, self.executor.sandbox,
-                                                 self.executor.docker_host)
+                                                 self.executor.docker_host, compat=compat)
             elif spec.image:
                 self.container = MesosImageContainer(spec, self.container_id, client, image,
-                                                     grant, extra, self.executor.sandbox)
+                                                     grant, extra, self.executor.sandbox,
+                                                     compat=compat)
             else:
                 self.container = MesosHostContainer(spec, self.container_id, grant, extra,
                                                     self.executor.sandbox)
@@ -335,12 +339,20 @@ class TaskRun:
             self._isolate(spec, created)
         return grant
 
-    def _driver_cuda(self, spec: TaskSpec) -> Optional[str]:
+    def _image_compat(self, spec: TaskSpec, client, image) -> cuda_compat.Decision:
+        """The compat rule for the image's own compat libcuda against the running
+        driver, and the CUDA check that follows from it (before anything is held)."""
         try:
-            return (self.executor.agent.info().get("inventory") or {}).get("cuda_driver_version")
+            inventory = self.executor.agent.info().get("inventory") or {}
         except AgentError as e:
-            raise TaskFailure(f"image {spec.image} names a CUDA version and the agent daemon "
-                              f"cannot say the driver's: {e}", retry=True) from None
+            raise TaskFailure(f"image {spec.image} needs the driver's version checked and the "
+                              f"agent daemon cannot say it: {e}", retry=True) from None
+        driver_version = inventory.get("driver_version")
+        decision = cuda_compat.decide(image_compat_library(client, image.id or spec.image),
+                                      driver_version)
+        log_compat(f"image {spec.image}", decision)
+        check_cuda(inventory.get("cuda_driver_version"), image, decision, driver_version)
+        return decision
 
     def _prepare(self, spec: TaskSpec) -> Optional[Grant]:
         socket_path = self.executor.agent.socket_path

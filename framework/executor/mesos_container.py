@@ -37,10 +37,10 @@ import docker.errors
 
 from framework.executor import sandbox as sandbox_files
 from framework.executor.launch_errors import TaskFailure
-from framework.executor.task_process import command_of, driver_volume, task_environment
-from framework.task_spec import TaskSpec
+from framework.executor.task_process import command_of, driver_volume, host_compat, task_environment
+from framework.tasks.task_spec import TaskSpec
 from isolator.api import Grant
-from volumes import environment
+from volumes import cuda_compat, environment
 from volumes.image_rules import ImageInfo, needs_volume
 
 log = logging.getLogger(__name__)
@@ -101,7 +101,8 @@ class MesosHostContainer:
         self.volume_path = driver_volume(grant, needs_volume(spec.labels, spec.env))
         base = {"PATH": environment.DEFAULT_PATH, "HOME": "/root"}
         self.env = task_environment(spec, base, grant, bool(self.volume_path),
-                                    {**extra_env, "MESOS_SANDBOX": sandbox})
+                                    {**extra_env, "MESOS_SANDBOX": sandbox},
+                                    host_compat(grant, bool(self.volume_path)))
         self.process: Optional[subprocess.Popen] = None
         self._go: Optional[int] = None
 
@@ -215,9 +216,11 @@ class MesosImageContainer:
 
     def __init__(self, spec: TaskSpec, container_id: str, client: docker.DockerClient,
                  image: ImageInfo, grant: Optional[Grant], extra_env: Mapping[str, str],
-                 workdir: str, runc: str = "runc") -> None:
+                 workdir: str, runc: str = "runc",
+                 compat: Optional[cuda_compat.Decision] = None) -> None:
         self.spec = spec
         self.container_id = container_id
+        self.compat = compat        # the image's CUDA compat decision (executor/image_compat)
         self.client = client
         self.image = image
         self.grant = grant
@@ -355,7 +358,8 @@ class MesosImageContainer:
         image_env = dict(item.split("=", 1) for item in config.get("Env") or [] if "=" in item)
         base = {"PATH": environment.DEFAULT_PATH, "HOME": "/root", **image_env}
         env = task_environment(self.spec, base, self.grant, bool(self.volume_path),
-                               {**self.extra_env, "MESOS_SANDBOX": sandbox_files.MOUNT_POINT})
+                               {**self.extra_env, "MESOS_SANDBOX": sandbox_files.MOUNT_POINT},
+                               self.compat)
         self.env = env
         mounts = [
             {"destination": "/proc", "type": "proc", "source": "proc"},

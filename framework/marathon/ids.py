@@ -16,7 +16,7 @@ longer app would be accepted and then fail at every launch.
 import re
 from typing import List
 
-from framework.taskinfo import EXECUTOR_ID_PREFIX
+from framework.tasks.taskinfo import EXECUTOR_ID_PREFIX
 
 SEGMENT = re.compile(r"(([a-z0-9]|[a-z0-9][a-z0-9\-]*[a-z0-9])\.)*"
                      r"([a-z0-9]|[a-z0-9][a-z0-9\-]*[a-z0-9])|(\.|\.\.)")

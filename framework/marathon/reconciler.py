@@ -23,8 +23,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from framework.marathon import deployments, task_builder
 from framework.marathon.deployments import START, STOP
 from framework.marathon.registry import Backoff, Registry
-from framework.task_record import FAILED_STATES, RUNNING, TaskRecord
-from framework.task_spec import TaskSpec
+from framework.scheduling.task_record import FAILED_STATES, RUNNING, TaskRecord
+from framework.tasks.task_spec import TaskSpec
 from common.errors import UserError
 
 log = logging.getLogger(__name__)

@@ -22,9 +22,10 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
-from framework import gpu_health, scheduler_metrics
-from framework.container_options import check_user
-from framework.leadership import SingleInstance
+from framework.health import gpu_health
+from framework.marathon import scheduler_metrics
+from framework.tasks.container_options import check_user
+from framework.ha.leadership import SingleInstance
 from framework.marathon import high_availability
 from framework.marathon.event_relay import EventRelay
 from framework.marathon.high_availability import HighAvailability, ZkSettings
@@ -41,12 +42,12 @@ from framework.marathon.readiness import ReadinessMonitor
 from framework.marathon.reconciler import Reconciler
 from framework.marathon.registry import Registry
 from framework.marathon.server import MarathonHttpServer
-from framework.state_store import StateStore
+from framework.state.state_store import StateStore
 from framework.ui import routes as ui
 from framework.ui.gpu_details import gpu_details
 from framework.ui.nodes import NodesView
 from framework.ui.static_files import StaticFiles
-from framework.zk_codec import CorruptNode
+from framework.state.zk_codec import CorruptNode
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 from isolator.api import DEFAULT_SOCKET as DEFAULT_AGENT_SOCKET
@@ -54,8 +55,8 @@ from common import instance_lock
 from common.paths import first_missing
 from volumes.cli import non_empty
 from common.errors import UserError
-from framework.task_record import RUNNING
-from framework.timestamps import format_timestamp
+from framework.scheduling.task_record import RUNNING
+from framework.tasks.timestamps import format_timestamp
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +182,7 @@ class FrameworkService:
             raise UserError(f"--refuse_seconds must be 0..86400, got {args.refuse_seconds:g}")
         if args.max_body_bytes < 1024:
             raise UserError(f"--max_body_bytes must be at least 1024, got {args.max_body_bytes}")
-        from framework.mesos_driver import check_master     # pymesos: only when it runs
+        from framework.scheduling.mesos_driver import check_master     # pymesos: only when it runs
         check_master(args.master)
         registries(getattr(args, "registry", None))
         self.args = args
@@ -467,9 +468,9 @@ def _hold_lock(state_dir: str) -> int:
 
 
 def default_scheduler_factory(args: argparse.Namespace, store: StateStore) -> Any:
-    """The project's GPU scheduler (framework/scheduler.py) for these flags."""
-    from framework import taskinfo
-    from framework.scheduler import GpuScheduler, SchedulerConfig
+    """The project's GPU scheduler (framework/scheduling/scheduler.py) for these flags."""
+    from framework.tasks import taskinfo
+    from framework.scheduling.scheduler import GpuScheduler, SchedulerConfig
     config = SchedulerConfig(
         master=args.master, name=args.framework_name,
         gpu_scheduling=args.gpu_scheduling_behavior, failover_timeout=args.failover_timeout,
@@ -485,7 +486,7 @@ def default_scheduler_factory(args: argparse.Namespace, store: StateStore) -> An
 
 def registries(values: Optional[list]) -> tuple:
     """--registry values (repeatable, comma lists) as host[:port], checked."""
-    from framework.image_ref import parse
+    from framework.images.image_ref import parse
     out = []
     for value in values or ():
         for name in filter(None, (v.strip() for v in value.split(","))):
@@ -501,7 +502,7 @@ def registries(values: Optional[list]) -> tuple:
 
 
 def _default_registry_config() -> Optional[str]:
-    from framework.registry_client import docker_config_path
+    from framework.images.registry_client import docker_config_path
     path = docker_config_path()
     return path if os.path.exists(path) else None
 

@@ -13,10 +13,10 @@ import re
 import uuid
 from typing import Dict, Optional, Tuple
 
-from framework.fetch_uri import FetchUri
+from framework.tasks.fetch_uri import FetchUri
 from framework.marathon import health_checks, ids
-from framework.ports import PortRequest
-from framework.task_spec import BRIDGE, DOCKER, HOST, MESOS, TaskSpec, Volume
+from framework.tasks.ports import PortRequest
+from framework.tasks.task_spec import BRIDGE, DOCKER, HOST, MESOS, TaskSpec, Volume
 
 VERSION_LABEL = "MARATHON_APP_VERSION"
 _LABEL_NAME = re.compile(r"[^A-Za-z0-9_]")

@@ -30,13 +30,17 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, List, Optional, Sequence
+from typing import Iterator, List, Optional, Sequence, Tuple
 
 from localcluster.cognitive.glyphnet.kernel import MIN_CUDA_VERSION  # the workload's own
 from localcluster.paths import BUILD_DIR
 
 HERE = Path(__file__).resolve().parent
 WORKLOAD = HERE / "glyphnet"
+# The product's CUDA driver binding the workload imports, shipped beside it
+# (standard library only) as IMAGE_ROOT/volumes/.
+PRODUCT = HERE.parent.parent
+PRODUCT_FILES = (PRODUCT / "volumes" / "__init__.py", PRODUCT / "volumes" / "cuda_driver.py")
 DEFAULT_CACHE = BUILD_DIR / "cognitive-image"
 DEFAULT_TAG = "mesos-gpu/cognitive:1"
 SUITE = "bookworm"
@@ -95,10 +99,16 @@ def workload_files() -> List[Path]:
     return sorted(p for p in WORKLOAD.rglob("*.py") if "__pycache__" not in p.parts)
 
 
+def image_files() -> List[Tuple[Path, str]]:
+    """(file, its path in the image): the workload, and the product files it imports."""
+    files = [(p, f"{IMAGE_ROOT}/{p.relative_to(HERE)}") for p in workload_files()]
+    return files + [(p, f"{IMAGE_ROOT}/{p.relative_to(PRODUCT)}") for p in PRODUCT_FILES]
+
+
 def workload_digest() -> str:
     h = hashlib.sha256()
-    for p in workload_files():
-        h.update(str(p.relative_to(HERE)).encode() + b"\0" + p.read_bytes() + b"\0")
+    for p, where in image_files():
+        h.update(where.encode() + b"\0" + p.read_bytes() + b"\0")
     return h.hexdigest()[:16]
 
 
@@ -212,12 +222,12 @@ def write_tar(rootfs: Path, out: Path) -> None:
     subprocess.run(["tar", "--numeric-owner", "--exclude=./dev/*", "-C", str(rootfs),
                     "-cf", str(out), "."], check=True)
     with tarfile.open(out, "a") as tar:
-        for directory in (IMAGE_ROOT, f"{IMAGE_ROOT}/glyphnet"):
+        for directory in (IMAGE_ROOT, f"{IMAGE_ROOT}/glyphnet", f"{IMAGE_ROOT}/volumes"):
             info = tarfile.TarInfo(directory.lstrip("/"))
             info.type, info.mode = tarfile.DIRTYPE, 0o755
             tar.addfile(info)
-        for path in workload_files():
-            info = tar.gettarinfo(str(path), f"{IMAGE_ROOT.lstrip('/')}/{path.relative_to(HERE)}")
+        for path, where in image_files():
+            info = tar.gettarinfo(str(path), where.lstrip("/"))
             info.uid = info.gid = 0
             info.uname = info.gname = "root"
             info.mode = 0o644

@@ -20,7 +20,7 @@ def workload_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     has none, but a stray LD_LIBRARY_PATH or $GLYPHNET_LIBCUDA must not decide it."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("GLYPHNET_LIBCUDA", "LD_LIBRARY_PATH", "MESOS_SANDBOX", "PORT0", "PORT")}
-    env["PYTHONPATH"] = str(COGNITIVE)
+    env["PYTHONPATH"] = f"{COGNITIVE}:{REPO}"     # glyphnet, and the product's volumes.cuda_driver
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra or {})
     return env

@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from localcluster.cognitive.glyphnet import backend, cuda, gpu, kernel
+from localcluster.cognitive.glyphnet import backend, gpu, kernel
+from volumes import cuda_driver as cuda
 from tests.examples.conftest import run_glyphnet
 
 
@@ -102,16 +103,16 @@ def test_a_library_that_is_not_libcuda_is_refused(tmp_path):
 
 
 def test_library_search_order(monkeypatch, tmp_path):
-    monkeypatch.delenv(cuda.LIBCUDA_ENV, raising=False)
-    volume_lib = Path(cuda.DRIVER_VOLUME_LIBCUDA)
-    expected = ((cuda.DRIVER_VOLUME_LIBCUDA, "libcuda.so.1") if volume_lib.exists()
+    monkeypatch.delenv(gpu.LIBCUDA_ENV, raising=False)
+    volume_lib = Path(gpu.DRIVER_VOLUME_LIBCUDA)
+    expected = ((gpu.DRIVER_VOLUME_LIBCUDA, "libcuda.so.1") if volume_lib.exists()
                 else ("libcuda.so.1",))
-    assert cuda.library_candidates() == expected
-    assert cuda.library_candidates("/x/libcuda.so.1") == ("/x/libcuda.so.1",)
-    monkeypatch.setenv(cuda.LIBCUDA_ENV, "/y/libcuda.so.1")
-    assert cuda.library_candidates() == ("/y/libcuda.so.1",)
+    assert gpu.library_candidates() == expected
+    assert gpu.library_candidates("/x/libcuda.so.1") == ("/x/libcuda.so.1",)
+    monkeypatch.setenv(gpu.LIBCUDA_ENV, "/y/libcuda.so.1")
+    assert gpu.library_candidates() == ("/y/libcuda.so.1",)
     with pytest.raises(cuda.CudaUnavailable, match=r"no CUDA driver library \(/y/libcuda.so.1: "):
-        cuda.Driver.open()
+        cuda.Driver.open(gpu.library_candidates())
 
 
 def test_cpu_is_chosen_without_trying_when_asked():

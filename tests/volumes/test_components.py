@@ -107,9 +107,13 @@ def test_two_driver_versions_only_the_running_one_is_taken(tmp_path, layout, run
         assert running.encode() in b.source.read_bytes() or b.name == "nvidia-cuda-mps-server"
     assert "nvidia-smi" in {b.name for b in comps.binaries}
     assert {f.version for f in comps.firmware} == {running} and len(comps.firmware) == 2
-    assert {v for _, v in comps.other_versions} == {other}
+    # The running 535.261.03's nvidia-smi is found in the driver's own directory
+    # before the old one early on PATH is ever looked at; what was seen is named.
+    assert {v for _, v in comps.other_versions} == \
+        (set() if (running, layout) == (V, "same-directory") else {other})
     lines = [r.getMessage() for r in caplog.records if "files of other drivers" in r.getMessage()]
-    assert len(lines) == 1 and all(p in lines[0] for p, _ in comps.other_versions)
+    assert len(lines) == (1 if comps.other_versions else 0)
+    assert all(p in lines[0] for p, _ in comps.other_versions)
     libs = by_dest(comps)
     assert libs[f"lib64/libcuda.so.{running}"].links == ("libcuda.so.1", "libcuda.so")
     assert f"lib/libcuda.so.{running}" in libs                          # 32-bit too
@@ -273,6 +277,9 @@ def test_binary_symlink_escaping_the_tree_is_refused(tree_copy):
     alt = root / "etc" / "alternatives" / "nvidia--nvidia-smi"
     alt.unlink()
     alt.symlink_to("../../../../../../../../usr/bin/id")
+    # The driver's own directory comes before PATH: without the program there,
+    # the search reaches /usr/bin/nvidia-smi and its escaping link.
+    (root / "usr" / "lib" / "nvidia" / "current" / "nvidia-smi").unlink()
     with pytest.raises(rootpath.EscapeError):
         components.gather(root)
 
@@ -322,3 +329,50 @@ def test_resolver_semantics(tmp_path):
     with pytest.raises(UserError, match="does not exist under"):
         r.regular_file("/usr/lib/dev")               # /dev/null of the root, not the host's
     assert rootpath.resolve("/", "/../etc/../etc/passwd") == Path("/etc/passwd")
+
+
+# ---- the driver's own programs (hosts whose driver lives under a driver root) --
+
+def test_programs_come_from_beside_libnvidia_ml_not_the_wrappers_on_path(tmp_path, caplog):
+    """As on the H200 host: /usr/bin/nvidia-smi and /bin/nvidia-smi are shell
+    wrappers, the ELF is /usr/local/nvidia/bin/nvidia-smi."""
+    from localcluster import driver_root_host
+    root = driver_root_host.build(tmp_path / "host")
+    with caplog.at_level(logging.INFO, logger="mesos-gpu.volume"):
+        comps = components.gather(root, driver_version=V)
+    smi = next(b for b in comps.binaries if b.name == "nvidia-smi")
+    assert smi.source == root / "usr/local/nvidia/bin/nvidia-smi"
+    assert {b.name for b in comps.binaries} == {"nvidia-smi", "nvidia-cuda-mps-control",
+                                               "nvidia-cuda-mps-server"}
+    assert not any("nvidia-smi" in r.getMessage() for r in caplog.records)   # nothing passed over
+
+
+def test_a_script_or_another_drivers_program_is_passed_over_with_one_line(tmp_path, caplog):
+    from localcluster import driver_files, driver_root_host
+    root = driver_root_host.build(tmp_path / "host")
+    smi = root / "usr/local/nvidia/bin/nvidia-smi"
+    smi.unlink()
+    os.link(driver_files.build_old() / "usr/lib/nvidia/current/nvidia-smi", smi)   # driver OLD's
+    debian = root / "usr/lib/nvidia/current"
+    debian.mkdir(parents=True)
+    os.link(driver_files.build() / "usr/lib/nvidia/current/nvidia-smi", debian / "nvidia-smi")
+    with caplog.at_level(logging.INFO, logger="mesos-gpu.volume"):
+        comps = components.gather(root, driver_version=V)
+    assert next(b for b in comps.binaries if b.name == "nvidia-smi").source == \
+        debian / "nvidia-smi"
+    lines = [r.getMessage() for r in caplog.records
+             if r.getMessage().startswith("driver volume: nvidia-smi")]
+    assert lines == [f"driver volume: nvidia-smi from /usr/lib/nvidia/current/nvidia-smi; "
+                     f"passed over /usr/local/nvidia/bin/nvidia-smi: a program of driver {OLD}"]
+    # Without the running driver's program, none is taken, and the line names each tried.
+    (debian / "nvidia-smi").unlink()
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="mesos-gpu.volume"):
+        comps = components.gather(root, driver_version=V)
+    assert "nvidia-smi" not in {b.name for b in comps.binaries}
+    (line,) = [r.getMessage() for r in caplog.records
+               if r.getMessage().startswith("driver volume: no nvidia-smi")]
+    assert line.startswith(f"driver volume: no nvidia-smi of driver {V}; passed over "
+                           f"/usr/local/nvidia/bin/nvidia-smi: a program of driver {OLD}; "
+                           f"/usr/bin/nvidia-smi: a script or other non-ELF file")
+    assert "/bin/nvidia-smi: a script" in line.split("/usr/bin/nvidia-smi")[1]

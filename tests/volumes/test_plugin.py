@@ -154,7 +154,7 @@ def test_real_containers_through_the_engine(served, docker_engine, busybox_image
         assert any(line.split(",")[0] == "ro" for line in lines), out      # mount options
         assert "Read-only file system" in out and "WRITE-FAILED" in out
         assert "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/usr/local/nvidia/bin" in lines
-        assert ("LD=/usr/local/cuda/compat:/usr/local/nvidia/lib:/usr/local/nvidia/lib64") in lines
+        assert ("LD=/usr/local/nvidia/lib:/usr/local/nvidia/lib64") in lines
         assert lines[-1] == f"libcuda.so.{V}"       # the soname link, inside the container
         vol = client.volumes.get(VOLUME)
         assert vol.attrs["Driver"] == served.name

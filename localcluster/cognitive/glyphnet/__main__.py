@@ -4,7 +4,7 @@ import sys
 from typing import List, Optional
 
 from .backend import DEVICES, NoGpu
-from .cuda import CudaUnavailable
+from volumes.cuda_driver import CudaUnavailable
 
 
 def _training_flags(p: argparse.ArgumentParser) -> None:

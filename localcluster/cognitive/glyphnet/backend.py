@@ -10,7 +10,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from .cuda import CudaUnavailable
+from volumes.cuda_driver import CudaUnavailable
 
 DEVICES = ("auto", "gpu", "cpu")
 

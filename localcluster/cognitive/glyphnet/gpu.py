@@ -10,16 +10,35 @@ import os
 import threading
 from contextlib import contextmanager
 from ctypes import c_int, c_size_t, c_uint32, c_uint64, c_void_p
-from typing import Iterator, List, Optional
+from typing import Iterator, List, Optional, Tuple
 
 import numpy as np
 
-from . import kernel
-from .cuda import (ATTR_COMPUTE_CAPABILITY_MAJOR, ATTR_COMPUTE_CAPABILITY_MINOR, CudaError,
-                   CudaUnavailable, Driver)
+from volumes.cuda_driver import (ATTR_COMPUTE_CAPABILITY_MAJOR,  # the product's, in the image too
+                                 ATTR_COMPUTE_CAPABILITY_MINOR, LIBCUDA_SONAME, CudaError,
+                                 CudaUnavailable, Driver)
 
+from . import kernel
+
+DRIVER_VOLUME_LIBCUDA = "/usr/local/nvidia/lib64/libcuda.so.1"
+LIBCUDA_ENV = "GLYPHNET_LIBCUDA"
 MAX_ELEMENTS = 2 ** 31 // 4      # 32-bit element offsets in the kernel
 MAX_GRID_Y = 65535
+
+
+def library_candidates(explicit: Optional[str] = None) -> Tuple[str, ...]:
+    """Where to look for libcuda, in order.
+
+    An explicit path (flag or $GLYPHNET_LIBCUDA) is the only candidate. Otherwise
+    the driver volume's copy first (the agent mounts it for labelled images),
+    then whatever the dynamic loader finds by soname (a host-filesystem task).
+    """
+    explicit = explicit or os.environ.get(LIBCUDA_ENV)
+    if explicit:
+        return (explicit,)
+    if os.path.exists(DRIVER_VOLUME_LIBCUDA):
+        return (DRIVER_VOLUME_LIBCUDA, LIBCUDA_SONAME)
+    return (LIBCUDA_SONAME,)
 
 
 class Gpu:
@@ -38,7 +57,7 @@ class Gpu:
 
     @classmethod
     def open(cls, libcuda: Optional[str] = None) -> "Gpu":
-        gpu = cls(Driver.open(libcuda))
+        gpu = cls(Driver.open(library_candidates(libcuda)))
         try:
             gpu._start()
             gpu._self_check()
