@@ -37,7 +37,7 @@ from typing import Dict, List, Optional, Tuple
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from framework.executor.mesos_container import MesosHostContainer  # noqa: E402
-from framework.task_spec import TaskSpec  # noqa: E402
+from framework.tasks.task_spec import TaskSpec  # noqa: E402
 from localcluster import cuda_probe, driver_files, fake_nvml  # noqa: E402
 from localcluster.gpu_node import GpuNode, layout_for_driver_files  # noqa: E402
 

@@ -5,7 +5,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Dict
 
-from framework.leadership import SingleInstance
+from framework.ha.leadership import SingleInstance
 from framework.marathon.api_context import ApiContext
 from framework.marathon.events import EventBus
 from framework.marathon.http_api import MarathonApi
@@ -13,7 +13,7 @@ from framework.marathon.metrics import Metrics
 from framework.marathon.reconciler import Reconciler
 from framework.marathon.registry import Registry
 from framework.marathon.security import DockerPolicy
-from framework.state_store import StateStore
+from framework.state.state_store import StateStore
 
 
 class InProcessApi:

@@ -25,14 +25,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from isolator import (bpf, cgroup_host, device_program, devices,  # noqa: E402
-                      nvml, topology)
+from isolator.cgroups import bpf, cgroup_host, device_program  # noqa: E402
+from isolator.discovery import devices, nvml, topology  # noqa: E402
 from isolator.api import CleanupRequest, IsolateRequest, PrepareRequest  # noqa: E402
 from isolator.client import AgentClient  # noqa: E402
-from isolator.container_cgroups import ContainerCgroups  # noqa: E402
-from isolator.ledger import Ledger  # noqa: E402
-from isolator.owner import my_owner  # noqa: E402
-from isolator.service import AgentService  # noqa: E402
+from isolator.cgroups.container_cgroups import ContainerCgroups  # noqa: E402
+from isolator.allocation.ledger import Ledger  # noqa: E402
+from isolator.allocation.owner import my_owner  # noqa: E402
+from isolator.daemon.service import AgentService  # noqa: E402
 from tests.bed import cgroups as bed_cgroups  # noqa: E402
 from localcluster import fake_nvml  # noqa: E402
 

@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from framework.executor.docker_container import DockerContainer, inspect  # noqa: E402
-from framework.task_spec import TaskSpec  # noqa: E402
+from framework.tasks.task_spec import TaskSpec  # noqa: E402
 from isolator.api import DOCKER  # noqa: E402
 from localcluster import fake_nvml  # noqa: E402
 from localcluster.docker_engine import DockerEngine  # noqa: E402

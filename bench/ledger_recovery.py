@@ -26,12 +26,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from isolator import cgroup_host, devices, nvml, topology  # noqa: E402
+from isolator.cgroups import cgroup_host  # noqa: E402
+from isolator.discovery import devices, nvml, topology  # noqa: E402
 from isolator.api import MESOS  # noqa: E402
-from isolator.container_cgroups import ContainerCgroups  # noqa: E402
-from isolator.gpu import Gpu  # noqa: E402
-from isolator.ledger import Holding, Ledger  # noqa: E402
-from isolator.service import AgentService  # noqa: E402
+from isolator.cgroups.container_cgroups import ContainerCgroups  # noqa: E402
+from isolator.discovery.gpu import Gpu  # noqa: E402
+from isolator.allocation.ledger import Holding, Ledger  # noqa: E402
+from isolator.daemon.service import AgentService  # noqa: E402
 from tests.bed import cgroups as bed_cgroups  # noqa: E402
 from localcluster import fake_nvml  # noqa: E402
 

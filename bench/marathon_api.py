@@ -45,8 +45,8 @@ from in_process_api import InProcessApi  # noqa: E402  (bench/, the script's fol
 
 from framework.marathon.security import Authenticator  # noqa: E402
 from framework.marathon.server import serve  # noqa: E402
-from framework.task_record import TaskRecord  # noqa: E402
-from framework.task_spec import TaskSpec  # noqa: E402
+from framework.scheduling.task_record import TaskRecord  # noqa: E402
+from framework.tasks.task_spec import TaskSpec  # noqa: E402
 
 
 def app_body(i: int) -> bytes:

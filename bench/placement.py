@@ -22,9 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from framework.constraints import PlacedValues, meets_all, offer_fields  # noqa: E402
-from framework.matching import Matcher, unreserved_scalars  # noqa: E402
-from framework.task_spec import TaskSpec  # noqa: E402
+from framework.tasks.constraints import PlacedValues, meets_all, offer_fields  # noqa: E402
+from framework.scheduling.matching import Matcher, unreserved_scalars  # noqa: E402
+from framework.tasks.task_spec import TaskSpec  # noqa: E402
 
 AGENT_KINDS = [  # (gpu_type, gpus, cpus, mem MB, share of agents)
     ("tesla_k80", 2, 8, 32768, 0.3),

@@ -29,13 +29,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from framework import taskinfo  # noqa: E402
-from framework.constraints import offer_fields  # noqa: E402
-from framework.image_index import ImageIndex, Variant  # noqa: E402
-from framework.matching import Matcher  # noqa: E402
-from framework.task_spec import TaskSpec  # noqa: E402
-from framework.variant_selection import Selector, node_of  # noqa: E402
-from isolator.platform_features import parse_feature  # noqa: E402
+from framework.tasks import taskinfo# noqa: E402
+from framework.tasks.constraints import offer_fields  # noqa: E402
+from framework.images.image_index import ImageIndex, Variant  # noqa: E402
+from framework.scheduling.matching import Matcher  # noqa: E402
+from framework.tasks.task_spec import TaskSpec  # noqa: E402
+from framework.images.variant_selection import Selector, node_of  # noqa: E402
+from isolator.discovery.platform_features import parse_feature  # noqa: E402
 
 IMAGE = "registry.local:5000/cv/tf:1.12"
 PLAIN = "registry.local:5000/cv/plain:1"

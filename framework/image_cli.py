@@ -1,12 +1,12 @@
 """`mesos-gpu image variants IMAGE`: the variants of an image in its registry,
 and which known nodes each would run on.
 
-The image is read as the framework reads it (framework.image_index: the index
+The image is read as the framework reads it (framework.images.image_index: the index
 and each entry's config, the registry's authentication from --registry_config
 or the Docker client config). Nodes are the Mesos master's agents (--master,
 their `platform_features` attribute) and any `--node NAME=FEATURES` given by
 hand; each is put under the entry the framework would choose for it
-(framework.variant_selection), or listed as running none, with what it lacks.
+(framework.images.variant_selection), or listed as running none, with what it lacks.
 """
 import argparse
 import json
@@ -16,10 +16,10 @@ import urllib.request
 from typing import Dict, List, Optional
 
 from common.errors import UserError
-from framework import image_index, image_ref
-from framework.registry_client import (RegistryClient, docker_config_path, load_credentials)
-from framework.variant_selection import choose, lacks, node_of
-from isolator.platform_features import ATTRIBUTE, FeatureError, NodePlatform, parse_feature
+from framework.images import image_index, image_ref
+from framework.images.registry_client import (RegistryClient, docker_config_path, load_credentials)
+from framework.images.variant_selection import choose, lacks, node_of
+from isolator.discovery.platform_features import ATTRIBUTE, FeatureError, NodePlatform, parse_feature
 
 
 def register(sub) -> None:
@@ -44,7 +44,7 @@ def register(sub) -> None:
 
 def master_nodes(master: str, timeout: float) -> Dict[str, Optional[str]]:
     """hostname -> platform_features of the master's active agents."""
-    from framework.mesos_driver import check_master, master_address
+    from framework.scheduling.mesos_driver import check_master, master_address
     check_master(master)
     if master.startswith(("zk://", "zoo://")):
         raise UserError(f"--master {master}: give the leading master's host:port here "

@@ -6,8 +6,10 @@ import os
 import sys
 from typing import Optional
 
-from isolator import (cdi_spec, cgroup_host, flags, health_report, mesos_agent_flags, nvml,
-                      platform_features)
+from isolator.daemon import cdi_spec, flags, mesos_agent_flags
+from isolator.cgroups import cgroup_host
+from isolator.health import health_report
+from isolator.discovery import nvml, platform_features
 from volumes.cli import non_empty
 from common.errors import UserError
 
@@ -107,7 +109,7 @@ def cmd_agent(args) -> int:
     if args.cpuinfo:
         raise UserError("--cpuinfo is read by 'agent flags' and 'info' only; the daemon "
                         f"does not use it (executors read ${platform_features.ENV_CPUINFO})")
-    from isolator import agent
+    from isolator.daemon import agent
     return agent.run(args)
 
 
@@ -167,7 +169,7 @@ def cmd_agent_flags(args) -> int:
 def _metrics_port(address: Optional[str]) -> Optional[int]:
     if address is None:
         return None
-    from isolator.metrics_server import parse_address
+    from isolator.daemon.metrics_server import parse_address
     port = parse_address(address)[1]
     if port == 0:
         raise UserError(f"--metrics_address={address}: give the port the daemon listens on "

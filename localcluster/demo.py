@@ -19,8 +19,8 @@ import time
 from contextlib import ExitStack, contextmanager
 from typing import Iterator, List, Optional, Tuple
 
-from isolator import nvml
-from isolator.gpu import Inventory
+from isolator.discovery import nvml
+from isolator.discovery.gpu import Inventory
 from common.errors import UserError
 
 log = logging.getLogger("mesos-gpu.demo")

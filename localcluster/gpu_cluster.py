@@ -28,7 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from isolator import cgroup_host
+from isolator.cgroups import cgroup_host
 from localcluster import fake_nvml, processes
 from localcluster.gpu_node import GpuNode
 from localcluster.mesos import Agent, Master

@@ -29,7 +29,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Dict, Optional, Sequence
 
-from isolator import cgroup_host, platform_features
+from isolator.cgroups import cgroup_host
+from isolator.discovery import platform_features
 from isolator.client import AgentClient
 from localcluster import device_nodes
 from localcluster.processes import remove_cgroup_tree

@@ -39,7 +39,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Union
 
-from isolator import cgroup_host
+from isolator.cgroups import cgroup_host
 from localcluster import processes
 from localcluster.paths import BUILD_DIR, LocalClusterError
 

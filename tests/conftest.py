@@ -17,7 +17,7 @@ Session scope
 Function scope (everything started is stopped when the test ends)
 - `nvml_layout(name_or_layout)` -> localcluster.fake_nvml.Layout: applies the layout's
   environment (FAKE_NVML_CONFIG, MESOS_GPU_NVML_LIBRARY, FAKE_NVML_INIT_ERROR) to
-  os.environ with monkeypatch, for in-process `isolator.nvml.discover()`; pass
+  os.environ with monkeypatch, for in-process `isolator.discovery.nvml.discover()`; pass
   `layout.env()` to child processes. Names: k80, v100x8, mixed, nodriver, nolib;
   or a `fake_nvml.custom(...)` layout. Caveat: in-process "nolib" is only true in a
   process that has not loaded the fake library yet (dlopen finds the loaded one by

@@ -36,6 +36,84 @@ def test_layers_import_only_downwards(package):
                 wrong.append(f"{path.relative_to(REPO)}:{line} imports {top}")
     assert not wrong, "\n".join(wrong)
 
+# Inside a layer, its concerns in the same order, lowest first; the members of one
+# level may import each other; modules at the top of a layer (its public API,
+# client, errors, commands) are named by file. An import under `if TYPE_CHECKING:`
+# (a type for an annotation, never run) does not count.
+SUBPACKAGES = {
+    "isolator": [["discovery"], ["errors.py", "api.py", "client.py", "crashpoints.py"], ["cgroups"],
+                 ["allocation"], ["health"], ["metrics"], ["daemon"], ["node_check"],
+                 ["cli.py"]],
+    "framework": [["tasks"], ["health"], ["ha", "state"], ["images"], ["scheduling"],
+                  ["executor"], ["marathon", "ui"], ["image_cli.py"], ["cli.py"]],
+}
+
+
+def _runtime_imports(path: Path):
+    """(line, module) of every absolute import that runs (not under TYPE_CHECKING)."""
+    tree = ast.parse(path.read_text(), str(path))
+    skipped = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING":
+            skipped.update(id(n) for child in node.body for n in ast.walk(child))
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.lineno, node.module
+            for alias in node.names:
+                yield node.lineno, f"{node.module}.{alias.name}"
+
+
+def _level(layer: str, module: str):
+    """The level index of a module of `layer` (None: not inside one of its concerns)."""
+    parts = module.split(".")
+    if parts[0] != layer or len(parts) < 2:
+        return None
+    for i, members in enumerate(SUBPACKAGES[layer]):
+        if parts[1] in members or f"{parts[1]}.py" in members:
+            return i
+    return None
+
+
+@pytest.mark.parametrize("layer", sorted(SUBPACKAGES))
+def test_every_module_of_a_layer_belongs_to_one_of_its_concerns(layer):
+    declared = {m for members in SUBPACKAGES[layer] for m in members}
+    present = {p.name for p in (REPO / layer).iterdir()
+               if (p.is_dir() and (p / "__init__.py").exists()) or
+               (p.suffix == ".py" and p.name != "__init__.py")}
+    assert present == declared, f"not declared: {sorted(present - declared)}; " \
+                                f"declared but gone: {sorted(declared - present)}"
+
+
+@pytest.mark.parametrize("layer", sorted(SUBPACKAGES))
+def test_concerns_inside_a_layer_import_only_downwards(layer):
+    wrong = []
+    for path in sorted((REPO / layer).rglob("*.py")):
+        module = ".".join(path.relative_to(REPO).with_suffix("").parts)
+        own = _level(layer, module)
+        if own is None:
+            continue
+        for line, imported in _runtime_imports(path):
+            other = _level(layer, imported)
+            if other is not None and other > own:
+                wrong.append(f"{path.relative_to(REPO)}:{line} imports {imported}")
+    assert not wrong, "\n".join(sorted(set(wrong)))
+
+
+def test_a_concern_importing_upwards_is_caught(tmp_path, monkeypatch):
+    """The check above can fail: an allocation module importing the daemon."""
+    assert _level("isolator", "isolator.allocation.ledger") < \
+        _level("isolator", "isolator.daemon.service")
+    bad = tmp_path / "bad.py"
+    bad.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                   "    from isolator.daemon import service\n"
+                   "from isolator.daemon.service import AgentService\n")
+    assert [m for _, m in _runtime_imports(bad) if m.startswith("isolator")] == \
+        ["isolator.daemon.service", "isolator.daemon.service.AgentService"]
 
 
 def test_pyflakes_finds_nothing():

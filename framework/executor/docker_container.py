@@ -2,7 +2,7 @@
 GPUs the agent daemon granted.
 
 - devices: the granted GPU nodes and the control devices, nothing else
-  (isolator.docker_devices); privileged only when the app asks and the
+  (isolator.cgroups.docker_devices); privileged only when the app asks and the
   operator allowed it (the API refuses it otherwise);
 - the driver volume at /usr/local/nvidia, read-only, only when the image rules
   say so (volumes.image_rules: NVIDIA_VISIBLE_DEVICES in the image env, else the
@@ -34,8 +34,8 @@ import docker.errors
 from framework.executor import sandbox as sandbox_files
 from framework.executor.launch_errors import TaskFailure
 from framework.executor.task_process import command_of, driver_volume, task_environment
-from framework.task_spec import BRIDGE, TaskSpec
-from isolator import docker_devices
+from framework.tasks.task_spec import BRIDGE, TaskSpec
+from isolator.cgroups import docker_devices
 from isolator.api import Grant
 from volumes import cuda_compat, environment, image_rules
 from common.errors import UserError

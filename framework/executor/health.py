@@ -1,5 +1,5 @@
 """The executor's health checker: one task's Mesos-level health check
-(framework.health_check), run next to it as Mesos's own checker runs it.
+(framework.tasks.health_check), run next to it as Mesos's own checker runs it.
 
 - MESOS_HTTP / MESOS_HTTPS: GET http(s)://127.0.0.1:<port><path> from inside
   the task's network namespace (a thread that entered it); 200-399 is healthy
@@ -24,9 +24,9 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Mapping, Optional, Tuple
 
-from framework import probes
+from framework.health import probes
 from framework.executor import namespaces
-from framework.health_check import COMMAND, MESOS_HTTPS, MESOS_TCP, HealthCheck
+from framework.tasks.health_check import COMMAND, MESOS_HTTPS, MESOS_TCP, HealthCheck
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ import socket
 from typing import Optional, Sequence
 
 from framework.executor.launch_errors import TaskFailure
-from framework.ports import PortRequest
+from framework.tasks.ports import PortRequest
 
 
 def check_free(requests: Sequence[PortRequest], host_ports: Sequence[Optional[int]],

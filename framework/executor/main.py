@@ -1,6 +1,6 @@
 """`mesos-gpu executor`: the executor the agent starts for each of our tasks.
 
-For each task (its TaskSpec is in TaskInfo.data, see framework.taskinfo):
+For each task (its TaskSpec is in TaskInfo.data, see framework.tasks.taskinfo):
 
 1. TASK_STARTING;
 2. checks that cannot wait: the Docker engine is there (DOCKER, or MESOS with
@@ -44,15 +44,15 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
 from pymesos import Executor, MesosExecutorDriver, decode_data, encode_data
 from pymesos.utils import parse_duration
 
-import framework.mesos_driver  # noqa: F401  (no interrupt_main from pymesos' IO thread)
-from framework import taskinfo
+import framework.scheduling.mesos_driver  # noqa: F401  (no interrupt_main from pymesos' IO thread)
+from framework.tasks import taskinfo
 from framework.executor.health import HealthChecker, HealthStatus
 from framework.executor.host_ports import check_free
 from framework.executor.launch_errors import TaskFailure
 from framework.executor.task_process import log_compat
-from framework.health_check import COMMAND, HealthCheckError
+from framework.tasks.health_check import COMMAND, HealthCheckError
 from framework.executor.usage_reporter import UsageReporter
-from framework.task_spec import DOCKER, TaskSpec
+from framework.tasks.task_spec import DOCKER, TaskSpec
 from framework.executor.mesos_container import (MesosHostContainer, MesosImageContainer,
                                                become_subreaper)
 from isolator.api import Grant, GpuFaultStop, TaskLabels

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional
 from framework.executor import sandbox as sandbox_files
 from framework.executor.launch_errors import TaskFailure
 from framework.executor.task_process import command_of, driver_volume, host_compat, task_environment
-from framework.task_spec import TaskSpec
+from framework.tasks.task_spec import TaskSpec
 from isolator.api import Grant
 from volumes import cuda_compat, environment
 from volumes.image_rules import ImageInfo, needs_volume

@@ -1,7 +1,7 @@
 """The task's sandbox: the executor's Mesos sandbox directory, as Mesos gives
 it to a task.
 
-- The Mesos fetcher has already put the task's URIs there (framework.fetch_uri).
+- The Mesos fetcher has already put the task's URIs there (framework.tasks.fetch_uri).
 - A task with an image sees it at /mnt/mesos/sandbox (MESOS_SANDBOX), its
   working directory, as Mesos's Docker and Mesos containerizers mount it; a
   task on the host's filesystem runs in it directly.

@@ -3,7 +3,7 @@ its argv and its environment."""
 import logging
 from typing import Mapping, Optional
 
-from framework.task_spec import TaskSpec
+from framework.tasks.task_spec import TaskSpec
 from isolator.api import Grant
 from volumes import cuda_compat, environment
 

@@ -2,7 +2,7 @@
 anything is created (called where the image is inspected).
 
 A task whose image the framework resolved carries `variant`
-(framework.variant_selection.pinned) and runs `<registry>/<repo>@<digest>`.
+(framework.images.variant_selection.pinned) and runs `<registry>/<repo>@<digest>`.
 Before the container is made the executor:
 
 1. reads the image's index again from the registry (credentials: this node's
@@ -30,12 +30,12 @@ from typing import Any, Optional
 import docker.errors
 
 from common.errors import UserError
-from framework import image_index, image_ref
+from framework.images import image_index, image_ref
 from framework.executor.launch_errors import TaskFailure
-from framework.registry_client import RegistryClient, docker_config_path, load_credentials
-from framework.task_spec import TaskSpec
-from framework.variant_selection import choose, lacks
-from isolator import platform_features
+from framework.images.registry_client import RegistryClient, docker_config_path, load_credentials
+from framework.tasks.task_spec import TaskSpec
+from framework.images.variant_selection import choose, lacks
+from isolator.discovery import platform_features
 from isolator.client import AgentError
 
 log = logging.getLogger(__name__)

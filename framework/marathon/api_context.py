@@ -2,7 +2,7 @@
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from framework.leadership import Leadership
+from framework.ha.leadership import Leadership
 from framework.marathon.app_service import AppService
 from framework.marathon.app_view import AppView
 from framework.marathon.group_service import GroupService
@@ -21,7 +21,7 @@ class ApiContext:
     info: Callable[[], dict]          # GET /v2/info
     leadership: Leadership
     metrics: Metrics
-    gpu_health: Any = None            # framework.gpu_health.GpuHealthView (GET /v2/nodes)
+    gpu_health: Any = None            # framework.health.gpu_health.GpuHealthView (GET /v2/nodes)
 
     @classmethod
     def build(cls, registry: Registry, policy: DockerPolicy, info: Callable[[], dict],

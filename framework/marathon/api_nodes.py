@@ -1,5 +1,5 @@
 """`/v2/nodes`: each agent's GPU health, as the framework reads it from the agent
-daemons (framework.gpu_health). Not a Marathon route (Marathon knows no GPU
+daemons (framework.health.gpu_health). Not a Marathon route (Marathon knows no GPU
 health); Marathon clients never ask for it.
 
     GET /v2/nodes             {"nodes": [node, ...]}

@@ -14,9 +14,9 @@ from every key (marathon-python does) keep working.
 """
 from typing import Any, Dict, List, Optional
 
-from framework import constraints as constraint_rules
-from framework.container_options import reserved_parameter
-from framework.fetch_uri import extractable
+from framework.tasks import constraints as constraint_rules
+from framework.tasks.container_options import reserved_parameter
+from framework.tasks.fetch_uri import extractable
 from framework.marathon import health_checks, ids, readiness_checks
 from framework.marathon.json_reader import Reader, child
 from framework.marathon.security import DockerPolicy, refusal

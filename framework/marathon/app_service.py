@@ -11,7 +11,7 @@ from framework.marathon import app_model
 from framework.marathon.deployments import only_scaling
 from framework.marathon.registry import Registry
 from framework.marathon.validation import message, task_not_found
-from framework.task_record import TaskRecord
+from framework.scheduling.task_record import TaskRecord
 
 SERVICE_PORT_MIN, SERVICE_PORT_MAX = 10000, 20000
 

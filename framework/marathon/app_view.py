@@ -15,7 +15,7 @@ from typing import Callable, Dict, List, Optional, Tuple, Union
 from framework.marathon import app_model
 from framework.marathon.registry import Registry
 from framework.marathon.task_json import task_json
-from framework.task_record import TaskRecord
+from framework.scheduling.task_record import TaskRecord
 
 TASK_EMBEDS = {"tasks", "failures"}
 FAILURE_EMBEDS = {"lastTaskFailure", "failures"}

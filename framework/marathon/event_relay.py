@@ -17,7 +17,7 @@ import socket
 import threading
 from typing import Callable, Optional
 
-from framework.leadership import Leadership
+from framework.ha.leadership import Leadership
 from framework.marathon.events import EventBus
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ import queue
 import threading
 from typing import Iterable, List, Optional
 
-from framework.timestamps import format_timestamp
+from framework.tasks.timestamps import format_timestamp
 
 QUEUE_LIMIT = 1000
 OVERFLOW = object()

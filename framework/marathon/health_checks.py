@@ -4,14 +4,14 @@
 Two kinds, by protocol:
 
 - Mesos-level (`COMMAND`, `MESOS_HTTP`, `MESOS_HTTPS`, `MESOS_TCP`): at most one
-  per app; it travels in the task (framework.health_check) and our executor runs
+  per app; it travels in the task (framework.tasks.health_check) and our executor runs
   it inside the task's namespaces;
 - Marathon-level (`HTTP`, `HTTPS`, `TCP`): run by the framework against the
   task's host and host port (framework.marathon.health_monitor).
 """
 from typing import Any, List, Optional
 
-from framework.health_check import HealthCheck
+from framework.tasks.health_check import HealthCheck
 from framework.marathon.json_reader import Reader, child
 
 MESOS_PROTOCOLS = ("COMMAND", "MESOS_HTTP", "MESOS_HTTPS", "MESOS_TCP")

@@ -30,12 +30,12 @@ import time
 from dataclasses import dataclass, fields
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
-from framework import probes
+from framework.health import probes
 from framework.marathon.check_runner import TICK_SECONDS, CheckRunner
 from framework.marathon.health_checks import FRAMEWORK_PROTOCOLS, MESOS_PROTOCOLS
 from framework.marathon.registry import Registry
-from framework.task_record import RUNNING, TaskRecord
-from framework.timestamps import format_timestamp
+from framework.scheduling.task_record import RUNNING, TaskRecord
+from framework.tasks.timestamps import format_timestamp
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Several `mesos-gpu framework` instances on one ZooKeeper path (`--zk`), as
-Marathon runs: one leads (framework.election), keeps the state in ZooKeeper
-(framework.zk_store), talks to Mesos and runs the reconciler; the others
+Marathon runs: one leads (framework.ha.election), keeps the state in ZooKeeper
+(framework.state.zk_store), talks to Mesos and runs the reconciler; the others
 answer the API by forwarding to it (leader_proxy) and stream its events
 (event_relay).
 
@@ -19,9 +19,9 @@ from kazoo.client import KazooClient
 from kazoo.retry import KazooRetry
 
 from common.errors import UserError
-from framework.election import ZooKeeperElection
-from framework.zk_store import DEFAULT_COMPRESSION_THRESHOLD, DEFAULT_MAX_NODE_SIZE, ZooKeeperStore
-from framework.zk_url import ZkUrl, parse_zk_url
+from framework.ha.election import ZooKeeperElection
+from framework.state.zk_store import DEFAULT_COMPRESSION_THRESHOLD, DEFAULT_MAX_NODE_SIZE, ZooKeeperStore
+from framework.state.zk_url import ZkUrl, parse_zk_url
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ import http.client
 import logging
 from typing import Callable, Dict, Mapping, Optional
 
-from framework.leadership import Leadership
+from framework.ha.leadership import Leadership
 from framework.marathon.routing import Request, Response
 
 log = logging.getLogger(__name__)

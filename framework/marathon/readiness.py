@@ -15,11 +15,11 @@ import logging
 import time
 from typing import Dict, List, Optional, Set, Tuple
 
-from framework import probes
+from framework.health import probes
 from framework.marathon.check_runner import TICK_SECONDS, CheckRunner
 from framework.marathon.health_monitor import host_port
 from framework.marathon.registry import Registry
-from framework.task_record import RUNNING, TaskRecord
+from framework.scheduling.task_record import RUNNING, TaskRecord
 
 log = logging.getLogger(__name__)
 

@@ -21,9 +21,9 @@ from framework.marathon import app_model, deployments, groups, health_checks
 from framework.marathon.events import EventBus
 from framework.marathon.validation import Violations, app_locked, app_not_found
 from framework.marathon.versions import MAX_VERSIONS, VersionHistory
-from framework.state_store import SchedulerStore
-from framework.task_record import RUNNING, TaskRecord
-from framework.timestamps import format_timestamp, parse_timestamp
+from framework.state.state_store import SchedulerStore
+from framework.scheduling.task_record import RUNNING, TaskRecord
+from framework.tasks.timestamps import format_timestamp, parse_timestamp
 
 log = logging.getLogger(__name__)
 

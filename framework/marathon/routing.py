@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from urllib.parse import parse_qs, unquote
 
 from framework.marathon.validation import ApiError, message
-from framework.state_store import StoreError
+from framework.state.state_store import StoreError
 
 Handler = Callable[..., "Response"]
 

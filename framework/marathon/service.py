@@ -14,6 +14,7 @@ goes (framework.marathon.high_availability).
 import argparse
 import logging
 import os
+import pwd
 import shutil
 import signal
 import socket
@@ -21,8 +22,10 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
-from framework import gpu_health, scheduler_metrics
-from framework.leadership import SingleInstance
+from framework.health import gpu_health
+from framework.marathon import scheduler_metrics
+from framework.tasks.container_options import check_user
+from framework.ha.leadership import SingleInstance
 from framework.marathon import high_availability
 from framework.marathon.event_relay import EventRelay
 from framework.marathon.high_availability import HighAvailability, ZkSettings
@@ -39,12 +42,12 @@ from framework.marathon.readiness import ReadinessMonitor
 from framework.marathon.reconciler import Reconciler
 from framework.marathon.registry import Registry
 from framework.marathon.server import MarathonHttpServer
-from framework.state_store import StateStore
+from framework.state.state_store import StateStore
 from framework.ui import routes as ui
 from framework.ui.gpu_details import gpu_details
 from framework.ui.nodes import NodesView
 from framework.ui.static_files import StaticFiles
-from framework.zk_codec import CorruptNode
+from framework.state.zk_codec import CorruptNode
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 from isolator.api import DEFAULT_SOCKET as DEFAULT_AGENT_SOCKET
@@ -52,8 +55,8 @@ from common import instance_lock
 from common.paths import first_missing
 from volumes.cli import non_empty
 from common.errors import UserError
-from framework.task_record import RUNNING
-from framework.timestamps import format_timestamp
+from framework.scheduling.task_record import RUNNING
+from framework.tasks.timestamps import format_timestamp
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +127,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--registry_config", metavar="FILE", type=non_empty,
                    help="a Docker client config.json with the registries' credentials "
                         "('auths'); default ~/.docker/config.json when it exists")
+    p.add_argument("--mesos_user", type=mesos_user, metavar="USER",
+                   help="the user a task without an image runs as when its app names none "
+                        "(Marathon's --mesos_user; an app's 'user' wins): a user name (it "
+                        "must exist on every agent, else the task fails naming it) or "
+                        "uid[:gid]. Default: none given, such tasks run as the executor, root, "
+                        "as Mesos runs them. Tasks with an image run as their app's user or "
+                        "their image's")
     p.add_argument("--gpu_scheduling_behavior", type=gpu_scheduling_behavior,
                    default="restricted", metavar="{restricted,unrestricted}",
                    help="restricted (default): tasks without GPUs stay off GPU agents; "
@@ -141,6 +151,14 @@ def failover_timeout(value: str) -> float:
     if not 0 <= seconds <= MAX_FAILOVER_TIMEOUT:       # also refuses nan
         raise argparse.ArgumentTypeError(f"{value} must be 0..{MAX_FAILOVER_TIMEOUT} seconds")
     return seconds
+
+
+def mesos_user(value: str) -> str:
+    """--mesos_user: a user name or uid[:gid], as an app's `user`."""
+    try:
+        return check_user(value)
+    except UserError as e:
+        raise argparse.ArgumentTypeError(str(e).replace("user: ", "", 1)) from None
 
 
 def gpu_scheduling_behavior(value: str) -> str:
@@ -165,7 +183,7 @@ class FrameworkService:
             raise UserError(f"--refuse_seconds must be 0..86400, got {args.refuse_seconds:g}")
         if args.max_body_bytes < 1024:
             raise UserError(f"--max_body_bytes must be at least 1024, got {args.max_body_bytes}")
-        from framework.mesos_driver import check_master     # pymesos: only when it runs
+        from framework.scheduling.mesos_driver import check_master     # pymesos: only when it runs
         check_master(args.master)
         registries(getattr(args, "registry", None))
         self.args = args
@@ -275,7 +293,8 @@ class FrameworkService:
         self.health = HealthMonitor(self.registry, on_result=lambda healthy: (
             scheduler_metrics.count_health_check(self.metrics, healthy)))
         self.readiness = ReadinessMonitor(self.registry)
-        self.reconciler = Reconciler(self.registry, self.scheduler, self.leadership.is_leader)
+        self.reconciler = Reconciler(self.registry, self.scheduler, self.leadership.is_leader,
+                                     default_user=self.args.mesos_user)
         self.api = MarathonApi(ApiContext.build(self.registry, self.policy, self.info,
                                                 self.leadership, self.metrics))
         self.api.context.gpu_health = getattr(self.scheduler, "gpu_health", None)
@@ -426,7 +445,8 @@ class FrameworkService:
             "marathon_config": {
                 "master": self.args.master, "framework_name": self.args.framework_name,
                 "hostname": host, "features": ["gpu_resources"], "mesos_role": "*",
-                "mesos_user": "root", "failover_timeout": int(self.args.failover_timeout),
+                "mesos_user": self.args.mesos_user or pwd.getpwuid(os.getuid()).pw_name,
+                "failover_timeout": int(self.args.failover_timeout),
                 "executor": "//cmd", "local_port_min": 10000, "local_port_max": 20000,
                 "checkpoint": True, "ha": self.zk is not None, "webui_url": None,
             },
@@ -449,9 +469,9 @@ def _hold_lock(state_dir: str) -> int:
 
 
 def default_scheduler_factory(args: argparse.Namespace, store: StateStore) -> Any:
-    """The project's GPU scheduler (framework/scheduler.py) for these flags."""
-    from framework import taskinfo
-    from framework.scheduler import GpuScheduler, SchedulerConfig
+    """The project's GPU scheduler (framework/scheduling/scheduler.py) for these flags."""
+    from framework.tasks import taskinfo
+    from framework.scheduling.scheduler import GpuScheduler, SchedulerConfig
     config = SchedulerConfig(
         master=args.master, name=args.framework_name,
         gpu_scheduling=args.gpu_scheduling_behavior, failover_timeout=args.failover_timeout,
@@ -468,7 +488,7 @@ def default_scheduler_factory(args: argparse.Namespace, store: StateStore) -> An
 
 def registries(values: Optional[list]) -> tuple:
     """--registry values (repeatable, comma lists) as host[:port], checked."""
-    from framework.image_ref import parse
+    from framework.images.image_ref import parse
     out = []
     for value in values or ():
         for name in filter(None, (v.strip() for v in value.split(","))):
@@ -484,7 +504,7 @@ def registries(values: Optional[list]) -> tuple:
 
 
 def _default_registry_config() -> Optional[str]:
-    from framework.registry_client import docker_config_path
+    from framework.images.registry_client import docker_config_path
     path = docker_config_path()
     return path if os.path.exists(path) else None
 

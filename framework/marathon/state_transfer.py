@@ -26,11 +26,11 @@ from pathlib import Path
 
 from common import instance_lock
 from common.errors import UserError
-from framework.election import ZooKeeperElection
+from framework.ha.election import ZooKeeperElection
 from framework.marathon import high_availability
 from framework.marathon.high_availability import ZkSettings, connect
-from framework.state_store import DB_NAME, StateStore
-from framework.zk_store import ZooKeeperStore
+from framework.state.state_store import DB_NAME, StateStore
+from framework.state.zk_store import ZooKeeperStore
 
 log = logging.getLogger(__name__)
 

@@ -8,16 +8,16 @@ A task still waiting for an offer (only a kill's answer shows one) is
 TASK_STAGING, the nearest state Mesos has."""
 from typing import Iterable
 
-from framework.constraints import REGION_FIELD, ZONE_FIELD
-from framework.task_record import STAGING, TaskRecord
-from framework.timestamps import format_timestamp
+from framework.tasks.constraints import REGION_FIELD, ZONE_FIELD
+from framework.scheduling.task_record import STAGING, TaskRecord
+from framework.tasks.timestamps import format_timestamp
 
 DEFAULT_ROLE = "*"
 
 
 def task_json(task: TaskRecord, service_ports: Iterable[int] = (), with_gpus: bool = False,
               health: Iterable[dict] = ()) -> dict:
-    """`gpuUuids`, `imageVariant` and `gpuUsage` (framework.gpu_usage) only when asked
+    """`gpuUuids`, `imageVariant` and `gpuUsage` (framework.health.gpu_usage) only when asked
     for (clients that build objects from every key must not see fields Marathon lacks);
     `health`: the task's Marathon Health per check (framework.marathon.health_monitor)."""
     out = {"id": task.id, "appId": task.app_id, "host": task.hostname or "",

@@ -16,7 +16,7 @@ Writes join the caller's store transaction.
 """
 from typing import Dict, List, Optional, Tuple
 
-from framework.state_store import SchedulerStore
+from framework.state.state_store import SchedulerStore
 
 MAX_VERSIONS = 50
 APP_PREFIX, GROUP_PREFIX = "app_version:", "group_version:"

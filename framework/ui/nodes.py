@@ -2,7 +2,7 @@
 holds each one, for the dashboard's nodes view and for scripts.
 
 Read-only, built from what the framework already has: the agents seen in
-offers (framework.agent_inventory: attributes, GPU count, every GPU UUID a
+offers (framework.scheduling.agent_inventory: attributes, GPU count, every GPU UUID a
 task was granted there) and the live task records (the registry's, with
 their granted GPU UUIDs). Nothing is invented: a free GPU whose UUID no task
 has reported is a tile without a UUID, and says so.
@@ -24,23 +24,23 @@ has reported is a tile without a UUID, and says so.
 Per-GPU health comes from `gpu_details` when one is given: agent id ->
 {"gpus": {uuid: {"health", "reason"}}, "error", "reportedAt"}
 (framework/ui/gpu_details.py: the agent daemons' health as
-framework.gpu_health reads it; a daemon that stopped answering is said on its
+framework.health.gpu_health reads it; a daemon that stopped answering is said on its
 node as `healthError`, its last report standing; a GPU not healthy that no task
 holds is an "unhealthy" tile, whether the daemon calls it unhealthy or
 probing); a held GPU's utilisation and memory are its task's, as the
-executor reports them (the record's `gpu_usage`, framework.gpu_usage).
+executor reports them (the record's `gpu_usage`, framework.health.gpu_usage).
 Without either the tiles carry no such fields.
 """
 import json
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from framework.agent_inventory import AgentInventory, AgentSeen
-from framework.constraints import REGION_FIELD, ZONE_FIELD
+from framework.scheduling.agent_inventory import AgentInventory, AgentSeen
+from framework.tasks.constraints import REGION_FIELD, ZONE_FIELD
 from framework.marathon.registry import Registry
-from framework.task_record import TaskRecord
+from framework.scheduling.task_record import TaskRecord
 from framework.ui.gpu_details import GpuDetails
-from framework.timestamps import format_timestamp
-from isolator.platform_features import ATTRIBUTE as PLATFORM_ATTRIBUTE
+from framework.tasks.timestamps import format_timestamp
+from isolator.discovery.platform_features import ATTRIBUTE as PLATFORM_ATTRIBUTE
 
 DETAIL_FIELDS = ("health", "reason", "utilization", "memory")
 HEALTHY, UNHEALTHY = "healthy", "unhealthy"

@@ -7,9 +7,11 @@ of its own under <cgroups_root>-check, removed afterwards."""
 import os
 from typing import Dict, List, Optional, Sequence
 
-from isolator import cgroup_host, cgroup_paths, devices, flags
-from isolator.container_cgroups import ContainerCgroups
-from isolator.gpu import Gpu
+from isolator.cgroups import cgroup_host, cgroup_paths
+from isolator.discovery import devices
+from isolator.daemon import flags
+from isolator.cgroups.container_cgroups import ContainerCgroups
+from isolator.discovery.gpu import Gpu
 from isolator.node_check import cuda_checks
 from isolator.node_check.node import Node
 from isolator.node_check.report import FAIL, PASS, SKIP, Report

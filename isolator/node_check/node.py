@@ -7,8 +7,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Dict, Optional
 
 from common.errors import UserError
-from isolator import nvml
-from isolator.gpu import Inventory
+from isolator.discovery import nvml
+from isolator.discovery.gpu import Inventory
 from volumes import builder, cuda_compat
 
 PROC_DRIVER = "/proc/driver/nvidia/version"

@@ -2,7 +2,7 @@
 import sys
 import time
 
-from isolator import flags
+from isolator.daemon import flags
 from isolator.node_check import cuda_checks, daemon_checks, isolation_checks, node as node_mod
 from isolator.node_check import volume_checks
 from isolator.node_check.report import Report

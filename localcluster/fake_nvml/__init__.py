@@ -126,7 +126,7 @@ class Layout:
     def env(self, directory: Optional[Path] = None,
             control: Optional[Path] = None) -> Dict[str, str]:
         """Environment for a process that should see this host through NVML:
-        MESOS_GPU_NVML_LIBRARY is the file `isolator.nvml` loads. With no
+        MESOS_GPU_NVML_LIBRARY is the file `isolator.discovery.nvml` loads. With no
         library it is left unset, so the host's own (absent) one is looked for.
         `control`: the file faults are injected through (made empty if missing)."""
         env = {"FAKE_NVML_CONFIG": str(self.write(directory))}

@@ -5,8 +5,8 @@ from typing import List
 
 from kazoo.client import KazooClient
 
-from framework.election import ZooKeeperElection
-from framework.zk_url import parse_zk_url
+from framework.ha.election import ZooKeeperElection
+from framework.state.zk_url import parse_zk_url
 
 
 def client(hosts: str, timeout: float = 2.0) -> KazooClient:

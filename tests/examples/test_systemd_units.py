@@ -19,7 +19,7 @@ import pytest
 from localcluster import device_nodes, driver_files, fake_nvml
 from tests.bed import REPO
 from tests.bed import cgroups as bed_cgroups
-from isolator import cgroup_host
+from isolator.cgroups import cgroup_host
 
 UNITS = REPO / "examples" / "systemd"
 EXE = str(Path(sys.executable).parent / "mesos-gpu")

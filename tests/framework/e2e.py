@@ -5,8 +5,8 @@ import re
 from pathlib import Path
 from typing import Iterable, Optional
 
-from framework.scheduler import GpuScheduler
-from framework.task_record import TaskRecord
+from framework.scheduling.scheduler import GpuScheduler
+from framework.scheduling.task_record import TaskRecord
 from tests.bed.waiting import wait_until
 
 VOLUME_LABEL = {"com.nvidia.volumes.needed": "nvidia_driver"}

@@ -10,10 +10,10 @@ import sys
 import threading
 import time
 
-from framework.scheduler import GpuScheduler, SchedulerConfig
-from framework.state_store import StateStore
-from framework.taskinfo import ExecutorSettings
-from framework.task_spec import TaskSpec
+from framework.scheduling.scheduler import GpuScheduler, SchedulerConfig
+from framework.state.state_store import StateStore
+from framework.tasks.taskinfo import ExecutorSettings
+from framework.tasks.task_spec import TaskSpec
 
 
 def main(master: str, state_dir: str, task_id: str, cmd: str) -> int:

@@ -5,7 +5,7 @@ import logging
 
 import pytest
 
-from framework import mesos_driver
+from framework.scheduling import mesos_driver
 from common.errors import UserError
 
 

@@ -10,7 +10,7 @@ from typing import Dict, Iterator, List, Optional
 
 import pytest
 
-from isolator import cgroup_host
+from isolator.cgroups import cgroup_host
 from isolator.api import Grant
 from isolator.client import AgentClient
 from tests.bed import cgroups as bed_cgroups

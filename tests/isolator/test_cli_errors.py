@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from isolator import flags
+from isolator.daemon import flags
 from localcluster import driver_files, fake_nvml
 
 

@@ -21,7 +21,8 @@ def test_build_command_times_each_part():
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     parts = re.findall(r"^\[localcluster\] ([\w-]+): [\d.]+ s", r.stdout, re.M)
-    assert parts == ["mesos", "fake-nvml", "driver-files", "driver-files-old"]
+    assert parts == ["mesos", "fake-nvml", "driver-files", "driver-files-old", "driver-files-470",
+                     "cuda-probe"]
 
 
 def test_failed_build_is_one_line():

@@ -1,10 +1,10 @@
-"""The real cgroup tree of this host, as isolator.cgroup_host finds it."""
+"""The real cgroup tree of this host, as isolator.cgroups.cgroup_host finds it."""
 import os
 import signal
 import subprocess
 from pathlib import Path
 
-from isolator import cgroup_host
+from isolator.cgroups import cgroup_host
 from localcluster import processes
 from tests.bed.waiting import wait_until
 

@@ -16,7 +16,7 @@ from tests.bed import REPO
 SCRIPT = r"""
 import json, sys, threading, time
 import pynvml
-from isolator import nvml
+from isolator.discovery import nvml
 from localcluster.fake_nvml.control import Control
 control = Control(sys.argv[1])
 out = {}

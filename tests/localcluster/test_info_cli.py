@@ -61,7 +61,7 @@ def test_no_driver_or_no_library_is_zero_gpus_with_a_reason(mesos_gpu_cli, name,
 
 
 def test_info_reports_the_host_cgroup_mode(mesos_gpu_cli):
-    from isolator import cgroup_host
+    from isolator.cgroups import cgroup_host
     info = _info(mesos_gpu_cli, fake_nvml.layout("k80"))
     assert info["cgroups"] == cgroup_host.detect().to_json()
 

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from isolator import nvml
+from isolator.discovery import nvml
 from localcluster import fake_nvml
 from localcluster.paths import LocalClusterError
 from tests.bed import REPO

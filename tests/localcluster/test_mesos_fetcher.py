@@ -1,6 +1,6 @@
 """The mesos-fetcher stand-in (localcluster/mesos_local/scripts/mesos_fetcher.py)
 given FetcherInfo JSON as the agent's fetcher gives it (its bed use, through the
-real agent, is in tests/marathon/test_app_features.py): each action, extraction
+real agent, is in tests/framework/marathon/test_app_features.py): each action, extraction
 of each archive type, executable, output_file, and failures naming the URI."""
 import gzip
 import io
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from localcluster.mesos import SOURCE
-from tests.marathon.app_bed import FileServer
+from tests.framework.marathon.app_bed import FileServer
 
 FETCHER = SOURCE / "scripts" / "mesos_fetcher.py"
 

@@ -1,0 +1,105 @@
+"""Whole GPUs, one per minor number, handed out and taken back.
+
+Like Mesos's allocator it holds the managed GPUs as available and allocated
+sets and refuses fractional or negative counts. Unlike Mesos (which takes the
+first N), a request for several GPUs gets the set with the best interconnect
+(see topology.py); among equally good sets it takes the one that cuts the
+fewest good links to the GPUs left free, so a later multi-GPU request still
+finds a good set. Which container holds what is the ledger's business.
+"""
+from itertools import combinations
+from math import comb
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+
+from isolator.api import check_gpu_count as check_count
+from isolator.errors import BadRequest, Conflict
+from isolator.discovery.gpu import Gpu
+from isolator.discovery.topology import Topology
+
+EXHAUSTIVE_LIMIT = 20_000      # candidate sets tried one by one; beyond, grow greedily
+
+
+class Allocator:
+    def __init__(self, gpus: Sequence[Gpu], topology: Optional[Topology] = None) -> None:
+        self.gpus: Dict[int, Gpu] = {g.minor: g for g in gpus}
+        self.topology = topology or Topology({})
+        self.available: Set[int] = set(self.gpus)
+
+    @property
+    def allocated(self) -> Set[int]:
+        return set(self.gpus) - self.available
+
+    def allocate(self, count: int, held: Iterable[int] = (),
+                 unhealthy: Optional[Mapping[int, str]] = None) -> List[Gpu]:
+        """`count` more GPUs, chosen to connect well among themselves and
+        with those the container already holds; never one of `unhealthy`
+        (minor -> why, see gpu_health.py)."""
+        count = check_count(count)
+        sick = {m: why for m, why in (unhealthy or {}).items() if m in self.available}
+        pool = self.available - set(sick)
+        if count > len(pool):
+            why = "; ".join(f"GPU {m}: {r}" for m, r in sorted(sick.items()))
+            raise Conflict(f"requested {count} GPUs but only {len(pool)} of {len(self.gpus)} "
+                           f"are free" + (f" and healthy (free but unhealthy: {why})"
+                                          if sick else ""))
+        chosen = self._best(sorted(pool), count, tuple(held), pool)
+        self.available -= set(chosen)
+        return [self.gpus[m] for m in chosen]
+
+    def claim(self, minors: Iterable[int]) -> None:
+        """Mark these specific GPUs allocated (recovery, or an explicit request)."""
+        minors = set(minors)
+        unknown = minors - set(self.gpus)
+        if unknown:
+            raise BadRequest(f"GPU minor(s) {sorted(unknown)} are not managed here "
+                             f"(managed: {sorted(self.gpus)})")
+        taken = minors - self.available
+        if taken:
+            raise Conflict(f"GPU minor(s) {sorted(taken)} are already allocated")
+        self.available -= minors
+
+    def release(self, minors: Iterable[int]) -> None:
+        minors = {m for m in minors if m in self.gpus}   # unmanaged ones are not ours
+        free = minors & self.available
+        if free:
+            raise Conflict(f"GPU minor(s) {sorted(free)} are not allocated")
+        self.available |= minors
+
+    def keep(self, held: Sequence[int], count: int) -> List[int]:
+        """Which `count` of the held GPUs (in the order they were granted) to keep
+        when a container shrinks: the best-linked set, else the earliest granted."""
+        if count >= len(held):
+            return list(held)
+        if comb(len(held), count) > EXHAUSTIVE_LIMIT:
+            return list(held[:count])
+        best = min(combinations(range(len(held)), count),
+                   key=lambda pos: (-self.topology.set_score(held[p] for p in pos), pos))
+        return [held[p] for p in best]
+
+    def _best(self, candidates: List[int], count: int, held: Tuple[int, ...],
+              pool: Set[int]) -> List[int]:
+        if count == 0:
+            return []
+        if comb(len(candidates), count) <= EXHAUSTIVE_LIMIT:
+            sets: Iterable[Tuple[int, ...]] = combinations(candidates, count)
+        else:
+            sets = self._greedy_sets(candidates, count, held)
+        return list(min(sets, key=lambda s: self._rank(s, held, pool)))
+
+    def _rank(self, chosen: Tuple[int, ...], held: Tuple[int, ...], pool: Set[int]):
+        """Smaller is better: best links inside, fewest good links cut, low minors."""
+        inside = self.topology.set_score(chosen + held)
+        rest = pool - set(chosen)
+        cut = sum(self.topology.score(a, b) for a in chosen for b in rest)
+        return (-inside, cut, chosen)
+
+    def _greedy_sets(self, candidates: List[int], count: int,
+                     held: Tuple[int, ...]) -> Iterable[Tuple[int, ...]]:
+        """From each seed, add the GPU that links best to what is chosen so far."""
+        for seed in candidates:
+            chosen = [seed]
+            while len(chosen) < count:
+                rest = [c for c in candidates if c not in chosen]
+                chosen.append(max(rest, key=lambda c: (
+                    sum(self.topology.score(c, x) for x in chosen + list(held)), -c)))
+            yield tuple(sorted(chosen))

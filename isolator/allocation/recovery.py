@@ -1,0 +1,166 @@
+"""Recovery: the ledger, checked against what the kernel and Docker hold.
+
+For each recorded container:
+- a MESOS container: its cgroup (at the path its id determines, so one created just
+  before a crash is found too) must exist and hold a process; otherwise the
+  container has ended. A live one keeps the GPUs both the ledger grants and the
+  kernel allows (an update cut short by a crash ends on the smaller side), and its
+  device rules are written again to match exactly;
+- a DOCKER container: the engine is asked which labelled containers are alive; a dead
+  one gives its GPUs back; while the engine does not answer, nothing is released;
+- prepared but never isolated: kept (its executor may be about to isolate it)
+  until --prepare_timeout, see AgentService.reap. A cgroup without a process is an
+  isolate the crash cut short before the move: removed, so that the isolate asked
+  again makes it anew.
+A container that ended keeps its GPUs while its owner lives: the owner still
+holds them until its cleanup (an executor cleans up after its task ended, and the
+crash may fall in between). Only one whose owner is gone is released here; the
+reconciler releases the others when their owner ends, or when no cleanup comes
+within a reconcile interval. So a restart never gives away what a living owner
+holds.
+Cgroups under our root that no record names lose every GPU rule (and are removed
+when empty). So after a crash at any point no GPU is open to two live
+containers, and no GPU stays held by a container that is gone.
+"""
+import logging
+from dataclasses import dataclass, field, replace
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from isolator.api import DOCKER, MESOS
+from isolator.cgroups.container_cgroups import CgroupVanished, ContainerCgroups
+from isolator.cgroups.device_program import UnreadableProgram
+from isolator.allocation.docker_state import DockerState, DockerUnavailable
+from isolator.allocation.ledger import Holding
+
+log = logging.getLogger("mesos-gpu.agent")
+
+
+@dataclass
+class Report:
+    kept: List[str] = field(default_factory=list)
+    released: List[Tuple[str, str]] = field(default_factory=list)      # (id, why)
+    narrowed: List[Tuple[str, Tuple[int, ...], Tuple[int, ...]]] = field(default_factory=list)
+    orphans: List[str] = field(default_factory=list)
+    unverified: List[str] = field(default_factory=list)
+    awaiting: List[str] = field(default_factory=list)     # ended, owner alive
+
+    def summary(self, holdings: Dict[str, Holding]) -> str:
+        gpus = sum(len(h.gpus) for h in holdings.values())
+        text = f"ledger recovered: {len(holdings)} containers, {gpus} GPUs"
+        if self.released:
+            text += f"; {len(self.released)} stale container(s) released"
+        if self.narrowed:
+            text += f"; {len(self.narrowed)} container(s) narrowed to what the kernel allows"
+        if self.orphans:
+            text += f"; {len(self.orphans)} unrecorded cgroup(s) stripped of GPUs"
+        if self.awaiting:
+            text += (f"; {len(self.awaiting)} ended container(s) kept until their living "
+                     "owner's cleanup")
+        if self.unverified:
+            text += f"; {len(self.unverified)} Docker container(s) kept unverified"
+        return text
+
+
+class Recovery:
+    def __init__(self, cgroups: ContainerCgroups, managed: Sequence[int],
+                 rules_for, docker: Optional[DockerState]) -> None:
+        self.cgroups = cgroups
+        self.managed = sorted(managed)
+        self.rules_for = rules_for          # minors -> device rules
+        self.docker = docker
+        self.report = Report()
+
+    def run(self, holdings: Dict[str, Holding]) -> Dict[str, Holding]:
+        live_docker = self._docker_live() if any(
+            h.container_type == DOCKER for h in holdings.values()) else {}
+        out: Dict[str, Holding] = {}
+        for cid, h in holdings.items():
+            kept = (self._cgroup(h) if h.container_type == MESOS
+                    else self._docker(h, live_docker))
+            if kept is not None:
+                out[cid] = kept
+                self.report.kept.append(cid)
+        self._orphans(set(out))
+        return out
+
+    def _release(self, h: Holding, why: str) -> None:
+        log.info("container %s released GPUs %s: %s", h.container_id, list(h.gpus), why)
+        self.report.released.append((h.container_id, why))
+
+    def _owner_lives(self, h: Holding) -> bool:
+        """An ended container whose owner lives is still its owner's: kept, counted."""
+        if h.owner is None or not h.owner.alive():
+            return False
+        self.report.awaiting.append(h.container_id)
+        return True
+
+    def _cgroup(self, h: Holding) -> Optional[Holding]:
+        paths = {**self.cgroups.paths(h.container_id), **h.cgroups}
+        existing = self.cgroups.existing(paths)
+        pids = self.cgroups.procs(existing) if existing else []
+        if h.state == "prepared" and not pids:
+            if existing:                         # an isolate cut short before the move
+                self.cgroups.remove(existing)
+            return h                             # not isolated yet; see reap
+        if not pids:
+            if self._owner_lives(h):
+                return h
+            if existing:
+                self.cgroups.remove(existing)
+            self._release(h, "no process is left in its cgroup" if existing
+                          else "its cgroup is gone")
+            return None
+        try:
+            allowed = self.cgroups.allowed(existing, self.managed)
+        except UnreadableProgram as e:
+            log.warning("container %s: cannot read its device program (%s); "
+                        "rewriting it from the ledger", h.container_id, e)
+            allowed = set(self.managed)
+        except CgroupVanished:
+            self._release(h, "its cgroup vanished during recovery")
+            return None
+        gpus = tuple(m for m in h.gpus if m not in self.managed or m in allowed)
+        if gpus != h.gpus:
+            log.warning("container %s: ledger grants GPUs %s, kernel allows %s: keeping %s",
+                        h.container_id, list(h.gpus), sorted(allowed), list(gpus))
+            self.report.narrowed.append((h.container_id, h.gpus, gpus))
+        try:               # each hierarchy written again only where it is not exact
+            self.cgroups.repair(existing, self.rules_for(gpus), self.managed)
+        except UnreadableProgram:
+            self.cgroups.apply(existing, self.rules_for(gpus))
+        uuids = tuple(u for m, u in zip(h.gpus, h.uuids) if m in gpus) if h.uuids else ()
+        return replace(h, gpus=gpus, uuids=uuids, state="isolated", cgroups=existing)
+
+    def _docker_live(self) -> Optional[Dict[str, str]]:
+        if self.docker is None:
+            return None
+        try:
+            return self.docker.live()
+        except DockerUnavailable as e:
+            log.warning("%s: keeping the GPUs of Docker containers until it answers", e)
+            return None
+
+    def _docker(self, h: Holding, live: Optional[Dict[str, str]]) -> Optional[Holding]:
+        if live is None:
+            self.report.unverified.append(h.container_id)
+            return h
+        docker_id = live.get(h.container_id)
+        if docker_id is None:
+            if h.state == "prepared" and not h.docker_id:
+                return h                         # its container may not be started yet
+            if self._owner_lives(h):
+                return h
+            self._release(h, "its Docker container is not running")
+            return None
+        return replace(h, state="isolated", docker_id=docker_id)
+
+    def _orphans(self, known: set) -> None:
+        for cid in sorted(self.cgroups.children() - known):
+            paths = self.cgroups.existing(self.cgroups.paths(cid))
+            if self.cgroups.procs(paths):
+                self.cgroups.apply(paths, self.rules_for(()))
+                log.warning("cgroup of unrecorded container %s still has processes: "
+                            "every GPU denied to it", cid)
+            else:
+                self.cgroups.remove(paths)
+            self.report.orphans.append(cid)

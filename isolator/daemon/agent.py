@@ -1,0 +1,252 @@
+"""The agent daemon: `mesos-gpu agent --work_dir DIR [Mesos-style flags]`.
+
+At start it checks its flags, discovers the GPUs through NVML, picks the ones
+to manage (--nvidia_gpu_devices / --resources=gpus:N), reads their topology,
+builds the driver volume, recovers the ledger against the kernel and Docker,
+and logs what it found. Then it serves the local API on <work_dir>/agent.sock
+(and, with --metrics_address, /metrics and /v1/health over TCP), watches the
+GPUs' health (isolator/health/health_monitor.py; the state in <work_dir>/health.json)
+and reconciles every holding with its owner, the Mesos agent, the kernel and
+Docker (isolator/daemon/reconciler.py) until SIGTERM or SIGINT, writes a last ledger
+snapshot and exits 0.
+One daemon per work_dir: a second one is refused (the lock file names the first).
+A start refused for bad flags or an unusable host leaves no new work_dir behind.
+"""
+import logging
+import os
+import shutil
+import signal
+import threading
+import time
+from typing import Dict, Optional
+
+from common import instance_lock
+from common.paths import MAX_SOCKET_PATH, first_missing
+from isolator.cgroups import cgroup_host
+from isolator.discovery import devices, nvml
+from isolator.daemon import flags, side_services
+from isolator.health import gpu_health
+from isolator.metrics import metrics
+from isolator.discovery import topology as topology_mod
+from isolator.health.health_monitor import HealthMonitor
+from isolator.daemon.metrics_server import MetricsServer
+from isolator.health.xid_catalog import Classifier, parse_overrides
+from isolator.cgroups.container_cgroups import ContainerCgroups
+from isolator.allocation.docker_state import DockerState
+from isolator.discovery.gpu import Inventory
+from isolator.api import SOCKET_NAME
+from isolator.allocation.ledger import Ledger
+from isolator.daemon.reconciler import Reconciler
+from isolator.daemon.server import AgentServer
+from isolator.daemon.service import AgentService
+from common.errors import UserError
+
+log = logging.getLogger("mesos-gpu.agent")
+LOCK_NAME = "agent.lock"
+
+
+def socket_path(work_dir: str) -> str:
+    return os.path.join(work_dir, SOCKET_NAME)
+
+
+def _lock(work_dir: str) -> int:
+    """Hold <work_dir>/agent.lock for the daemon's life."""
+    path = os.path.join(work_dir, LOCK_NAME)
+    try:
+        return instance_lock.hold(path)
+    except instance_lock.Held as e:
+        raise UserError(f"--work_dir={work_dir}: another agent daemon (pid {e.pid}) "
+                        f"holds {path}") from None
+    except OSError as e:
+        raise flags.FlagError(f"--work_dir={work_dir}: cannot open {path}: {e.strerror}") from None
+
+
+def _work_dir(path: str) -> Optional[str]:
+    """Create the work dir (mode 0700). Returns the topmost directory this call
+    created (removed again if the daemon cannot start), None if it existed."""
+    flags.check_work_dir(path)
+    sock = socket_path(path)
+    if len(os.fsencode(sock)) > MAX_SOCKET_PATH:
+        raise flags.FlagError(f"--work_dir={path}: too long for the API socket {sock} "
+                              f"(a unix socket path has at most {MAX_SOCKET_PATH} bytes)")
+    made = first_missing(path)
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        os.chmod(path, 0o700)
+    except FileExistsError:
+        raise flags.FlagError(f"--work_dir={path}: exists and is not a directory") from None
+    except OSError as e:
+        raise flags.FlagError(f"--work_dir={path}: cannot create it: {e.strerror}") from None
+    return made
+
+
+def _volume(args, inventory: Inventory, managed) -> Optional[Dict]:
+    if args.driver_volume == "none" or not managed or not inventory.driver_version:
+        return None
+    from volumes import builder          # the volumes package builds it (read-only)
+    vol = builder.build(inventory.driver_version, args.driver_root, args.volume_root)
+    log.info("driver volume %s at %s (%s)", vol.name, vol.path,
+             "reused" if vol.reused else "built")
+    return {"name": vol.name, "path": str(vol.path)}
+
+
+def _log_devices(dev_dir: str, managed) -> None:
+    control = devices.control_devices(dev_dir)
+    names = {os.path.basename(n.path) for n in control}
+    if control:
+        log.info("control devices: %s", ", ".join(
+            f"{n.path} {n.major}:{n.minor}" for n in control))
+    if managed and "nvidiactl" not in names:
+        log.warning("%s/nvidiactl is missing: containers cannot use their GPUs until "
+                    "the NVIDIA driver creates it", dev_dir)
+    missing = [g.device_path for g in managed
+               if not os.path.exists(os.path.join(dev_dir, f"nvidia{g.minor}"))]
+    if missing:
+        log.warning("GPU device nodes missing under %s: %s", dev_dir, ", ".join(missing))
+
+
+def build_service(args) -> AgentService:
+    """Everything the daemon needs, discovered (the flags are checked by run())."""
+    health_path = os.path.join(args.work_dir, gpu_health.FILE_NAME)
+    inventory = nvml.discover(args.nvml_library,
+                              known=gpu_health.known_gpus(health_path).values())
+    selection = flags.select_gpus(inventory, args.nvidia_gpu_devices, args.resources)
+    host = cgroup_host.detect()
+    versions = flags.device_cgroup_versions(args.device_cgroup, host.devices_v1, host.unified)
+    managed = selection.gpus
+    if managed:
+        kinds = ", ".join(sorted({g.name for g in managed}))
+        log.info("%d GPUs found (%s), managing %d: minors %s (%s); driver %s, CUDA %s",
+                 len(inventory.gpus), kinds, len(managed), [g.minor for g in managed],
+                 selection.reason, inventory.driver_version, inventory.cuda_driver_version)
+    else:
+        log.info("0 GPUs managed: %s", selection.reason)
+    topo = topology_mod.from_nvml(managed, nvml.topology(args.nvml_library)) \
+        if len(managed) > 1 else topology_mod.Topology({})
+    _log_devices(args.dev_dir, managed)
+    log.info("device cgroups: %s under %s (host cgroups %s)", "+".join(versions),
+             args.cgroups_root, host.mode)
+    docker = None if args.docker_socket in ("", "none") else DockerState(args.docker_socket)
+    service = AgentService(
+        inventory=inventory, managed=managed, topology=topo,
+        ledger=Ledger(args.work_dir),
+        cgroups=ContainerCgroups(host, versions, args.cgroups_root),
+        dev_dir=args.dev_dir, docker=docker, volume=_volume(args, inventory, managed),
+        nvml_library=args.nvml_library, prepare_timeout=args.prepare_timeout,
+        health=gpu_health.HealthBook(managed, health_path, args.health_quiet_period),
+        kill_on_fault=args.on_gpu_fault == "kill")
+    return service
+
+
+def _housekeeping(service: AgentService, stop: threading.Event, sync_every: float) -> None:
+    """fdatasync the ledger journal (each change is already written to it)."""
+    ledger = service.ledger
+    while not stop.wait(sync_every):
+        failing = ledger.sync_error is not None
+        try:
+            ledger.sync()
+        except OSError as e:                     # keep serving; the next round retries
+            if not failing:
+                log.error("ledger journal %s: fdatasync failed (%s): the disk under %s is "
+                          "failing; until it works again every change is fdatasync'ed "
+                          "before it is acknowledged, and refused when that fails",
+                          ledger.journal_path, e.strerror or e, os.path.dirname(ledger.path))
+        except Exception:
+            log.exception("ledger sync failed")
+
+
+def _check_flags(args) -> None:
+    """Every flag that can be judged without NVML or the disk, before anything is made."""
+    flags.check_isolation(args.isolation)
+    flags.check_daemon_values(args)
+    flags.check_selection(args.nvidia_gpu_devices, args.resources)
+    side_services.check_flags(args)
+    if args.docker_socket not in ("", "none"):
+        import docker.utils                     # checked now, not at the first recovery
+        try:
+            docker.utils.parse_host(args.docker_socket)
+        except docker.errors.DockerException as e:
+            raise flags.FlagError(f"--docker_socket={args.docker_socket}: {e} (e.g. "
+                                  f"{flags.DEFAULT_DOCKER_SOCKET}, tcp://HOST:2375 or none)"
+                                  ) from None
+
+
+def run(args) -> int:
+    _check_flags(args)
+    made = _work_dir(args.work_dir)
+    lock_fd = _lock(args.work_dir)
+    try:
+        stop = threading.Event()
+        extras = metrics_server = monitor = None
+        try:
+            service = build_service(args)
+            service.recover()
+            service.health.load()
+            # Before the API socket: once it exists (systemd's readiness check) all is served.
+            extras = side_services.start(args, service)     # plugin, REST API, CDI, driver watch
+            latency = metrics.Histograms()
+            if args.metrics_address:
+                metrics_server = MetricsServer(args.metrics_address, service, latency)
+            monitor = HealthMonitor(list(service.gpus.values()), service.health,
+                                    Classifier(parse_overrides(args.xid_override)),
+                                    service.gpu_fault, args.nvml_library,
+                                    args.health_poll_interval)
+            service.monitor = monitor
+            threads = monitor.start(stop)
+            server = AgentServer(socket_path(args.work_dir), service, latency=latency)
+        except BaseException:
+            stop.set()
+            for part in (extras, metrics_server):
+                if part is not None:
+                    part.close() if part is extras else part.server_close()
+            if monitor is not None:
+                monitor.close()
+            if made is not None:        # a refused start leaves no work dir behind
+                shutil.rmtree(made, ignore_errors=True)
+            raise
+
+        def on_signal(signum, _frame) -> None:
+            log.info("%s received: stopping", signal.Signals(signum).name)
+            stop.set()
+            server.shutdown()
+            if metrics_server is not None:
+                metrics_server.shutdown()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        keeper = threading.Thread(target=_housekeeping, name="housekeeping", daemon=True,
+                                  args=(service, stop, args.ledger_flush_interval))
+        keeper.start()
+        reconciler = Reconciler(service, args.reconcile_interval)
+        threads += reconciler.start(stop)
+        log.info("reconciling holdings every %g s (and at once when an owner ends)",
+                 args.reconcile_interval)
+        if metrics_server is not None:
+            threads.append(threading.Thread(target=metrics_server.serve_forever,
+                                            kwargs={"poll_interval": 0.2},
+                                            name="metrics-server", daemon=True))
+            threads[-1].start()
+            log.info("serving /metrics and /v1/health on %s (read-only HTTP)", metrics_server.url)
+        log.info("serving the agent API on %s (backlog %d, %d workers)", server.socket_path,
+                 server.backlog, len(server._workers))
+        try:
+            server.serve_forever(poll_interval=0.2)
+        finally:
+            stop.set()
+            reconciler.wake.set()
+            monitor.wake.set()
+            server.server_close()
+            if metrics_server is not None:
+                metrics_server.shutdown()
+                metrics_server.server_close()
+            extras.close()
+            deadline = time.monotonic() + 5     # one bound for all: a thread may be stuck in NVML
+            for t in [keeper, *threads]:
+                t.join(timeout=max(0.0, deadline - time.monotonic()))
+            monitor.close()
+            service.close()
+        log.info("stopped: %d containers hold %d GPUs (ledger %s)", len(service.holdings),
+                 len(service.allocator.allocated), service.ledger.path)
+        return 0
+    finally:
+        os.close(lock_fd)

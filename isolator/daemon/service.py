@@ -1,0 +1,638 @@
+"""The agent-side module's operations: prepare, isolate, update, cleanup, usage, info,
+and release (a container whose owner is gone, see reconciler.py).
+
+One lock serialises every change, so concurrent executors never get the same
+GPU. Order of effects, so that a crash anywhere is safe (see recovery.py):
+- a container gains GPUs in the ledger before the kernel lets it open them, and
+  before the answer;
+- isolate is recorded before the answer too: recovery tells a container that
+  is isolated and gone (release) from one not isolated yet (wait) by it;
+- it loses them in the kernel first, then in the ledger.
+Each change is one journal append (ledger.py): it survives any crash of this
+process the moment the call returns.
+
+Every holding names its owner, the process that prepared it (the kernel says who
+called, see owner.py): only the owner may isolate or resize it, a MESOS
+container's process must be the owner or one of its descendants, and cleanup
+kills only the process the daemon placed and what that process started.
+
+GPU health (gpu_health.py, health_monitor.py): a GPU that is not healthy is
+never allocated; a fault that loses the work on a GPU stops the containers
+holding it (gpu_fault, unless --on_gpu_fault=keep), and their owners learn why
+from cleanup's answer (`stopped`), before and after a restart of the daemon.
+"""
+import logging
+import os
+import threading
+import time
+from collections import Counter
+from dataclasses import replace
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from isolator.cgroups import cgroup_host, cgroup_paths
+from isolator import crashpoints
+from isolator.allocation import process_containers
+from isolator.discovery import devices, nvml
+from isolator.health import nvml_health
+from isolator.allocation.allocator import Allocator
+from isolator.api import (DOCKER, MESOS, Cleanup, CleanupRequest, Grant, GpuFaultStop,
+                          GpuHealth, GpuUsage, GrantedGpu, IsolateRequest, NodeHealth,
+                          PrepareRequest, ProcessUsage, UpdateRequest, Usage, Volume,
+                          check_container_id)
+from isolator.cgroups.container_cgroups import CgroupVanished, ContainerCgroups
+from isolator.allocation.docker_state import DockerState, DockerUnavailable
+from isolator.errors import BadRequest, Conflict, Forbidden, Gone, NotFound, Unavailable
+from isolator.discovery.gpu import Gpu, Inventory
+from isolator.health.gpu_health import UNHEALTHY, Fault, HealthBook, Stop
+from isolator.allocation.ledger import Holding, Ledger, LedgerUnwritable
+from isolator.allocation.owner import Owner, Placed, is_descendant
+from isolator.allocation.recovery import Recovery, Report
+from isolator.discovery.topology import Topology
+
+log = logging.getLogger("mesos-gpu.agent")
+CONTROL_TTL = 1.0
+USAGE_SLOTS = 4           # usage requests in NVML at once: half the API server's workers
+
+
+class AgentService:
+    def __init__(self, *, inventory: Inventory, managed: Sequence[Gpu], topology: Topology,
+                 ledger: Ledger, cgroups: ContainerCgroups, dev_dir: str = "/dev",
+                 docker: Optional[DockerState] = None, volume: Optional[Dict] = None,
+                 nvml_library: Optional[str] = None, prepare_timeout: float = 600.0,
+                 health: Optional[HealthBook] = None, kill_on_fault: bool = True) -> None:
+        self.inventory = inventory
+        self.gpus: Dict[int, Gpu] = {g.minor: g for g in managed}
+        self.allocator = Allocator(managed, topology)
+        self.ledger = ledger
+        self.cgroups = cgroups
+        self.dev_dir = dev_dir
+        self.docker = docker
+        self.volume = Volume(**volume) if volume else None
+        self.nvml_library = nvml_library
+        self.prepare_timeout = prepare_timeout
+        self.holdings: Dict[str, Holding] = {}
+        self.lock = threading.RLock()
+        self._granted = {g.minor: GrantedGpu(**g.to_json()) for g in managed}
+        self._control_read: Tuple[float, List[devices.DeviceNode]] = (0.0, [])
+        self.counters: Counter = Counter()        # releases by reason, drift repairs, ...
+        self._owner_listeners: List[Callable[[Owner], None]] = []
+        self.health = health                      # None: every GPU counts as healthy
+        self.kill_on_fault = kill_on_fault
+        self.monitor = None                       # the HealthMonitor, when one runs
+        self._usage_slots = threading.BoundedSemaphore(USAGE_SLOTS)
+        self._compact_failed = False
+        self._unrecorded: set = set()            # releases the ledger refused, said once
+
+    # --- start-up and shutdown -------------------------------------------------------------
+
+    def recover(self) -> Report:
+        """Load the ledger, check it against the kernel and Docker, write a new snapshot."""
+        with self.lock:
+            recorded = self.ledger.load()
+            recovery = Recovery(self.cgroups, list(self.gpus), self._rules, self.docker)
+            self.holdings = self._record_recovery(recorded, recovery.run(recorded))
+            for h in self.holdings.values():
+                self.allocator.claim(m for m in h.gpus if m in self.gpus)
+            self._compact()
+            log.info(recovery.report.summary(self.holdings))
+            for h in self.holdings.values():
+                self._watch(h.owner)
+            return recovery.report
+
+    def _record_recovery(self, recorded: Dict[str, Holding],
+                         recovered: Dict[str, Holding]) -> Dict[str, Holding]:
+        """What recovery changed, in the journal before anything is served (a snapshot
+        may not fit on a full disk, a few records do): the daemon never serves from a
+        state the ledger does not hold. A change the journal cannot take is not made:
+        that container stays as recorded (its GPUs held), for the reconciler to settle
+        once the disk takes it."""
+        out = dict(recovered)
+        kept = []
+        changes = [(cid, None) for cid in recorded.keys() - recovered.keys()]
+        changes += [(cid, h) for cid, h in recovered.items() if recorded.get(cid) != h]
+        for cid, h in changes:
+            try:
+                if h is None:
+                    self.ledger.remove(cid)
+                else:
+                    self.ledger.put(h)
+            except LedgerUnwritable as e:      # recovery only keeps or changes records
+                out[cid] = recorded[cid]
+                kept.append(cid)
+                error = e
+        if kept:
+            log.warning("recovery: %d container(s) kept as recorded (%s): the journal cannot "
+                        "take what recovery decided for them; the reconciler settles them "
+                        "once it can: %s", len(kept), ", ".join(sorted(kept)), error)
+        return out
+
+    def close(self) -> None:
+        """A last snapshot (the journal emptied) when the daemon stops."""
+        with self.lock:
+            self._compact()
+            self.ledger.close()
+
+    def on_new_owner(self, listener: Callable[[Owner], None]) -> None:
+        """Call `listener(owner)` for each owner that gains a container (the
+        reconciler watches it, to notice its end at once)."""
+        self._owner_listeners.append(listener)
+
+    def _watch(self, owner: Optional[Owner]) -> None:
+        if owner is not None:
+            for listener in self._owner_listeners:
+                listener(owner)
+
+    # --- helpers ----------------------------------------------------------------------------
+
+    def _control(self) -> List[devices.DeviceNode]:
+        """The control devices, read again at most every CONTROL_TTL seconds
+        (nvidia-uvm's major is dynamic: a module reload may change it)."""
+        read_at, nodes = self._control_read
+        now = time.monotonic()
+        if now - read_at > CONTROL_TTL:
+            nodes = devices.control_devices(self.dev_dir)
+            self._control_read = (now, nodes)
+        return list(nodes)
+
+    def _rules(self, minors) -> List[devices.Rule]:
+        granted = [self.gpus.get(m) or Gpu(-1, m, "", "", 0, "", "") for m in minors]
+        return devices.container_rules(granted, self._control())
+
+    def _get(self, container_id: str) -> Holding:
+        h = self.holdings.get(check_container_id(container_id))
+        if h is None:
+            raise NotFound(f"unknown container {container_id}: it was never prepared here, "
+                           "or it was cleaned up")
+        return h
+
+    def _put(self, h: Holding) -> None:
+        """Record, then change: a change the ledger cannot hold (LedgerUnwritable, a
+        full or failing disk) is not made."""
+        self.ledger.put(h)
+        self.holdings[h.container_id] = h
+        self._compact_if_large()
+
+    def _drop(self, h: Holding) -> None:
+        self.ledger.remove(h.container_id)
+        del self.holdings[h.container_id]
+        self.allocator.release(h.gpus)
+        self._compact_if_large()
+
+    def _unhealthy(self) -> Dict[int, str]:
+        return self.health.not_healthy() if self.health is not None else {}
+
+    def _compact_if_large(self) -> None:
+        if self.ledger.needs_compaction():
+            self._compact()
+
+    def _compact(self) -> None:
+        """A new snapshot; one that does not fit costs nothing (the journal has every
+        change), it is said once and tried again at the next compaction."""
+        try:
+            self.ledger.compact(self.holdings)
+        except OSError as e:
+            if not self._compact_failed:
+                log.warning("ledger %s: cannot write a new snapshot (%s); the journal %s "
+                            "keeps every change meanwhile", self.ledger.path,
+                            e.strerror or e, self.ledger.journal_path)
+            self._compact_failed = True
+            return
+        if self._compact_failed:
+            log.info("ledger %s: snapshot written again", self.ledger.path)
+        self._compact_failed = False
+
+    @staticmethod
+    def _check_owner(h: Holding, caller: Owner, what: str) -> None:
+        if h.owner is not None and (h.owner.pid, h.owner.start_time) != (caller.pid,
+                                                                          caller.start_time):
+            raise Forbidden(f"container {h.container_id} was prepared by "
+                            f"{h.owner.describe()}; process {caller.pid} may not {what} it")
+
+    @staticmethod
+    def _check_descendant(pid: int, caller: Owner) -> None:
+        if not is_descendant(pid, caller.pid):
+            raise Forbidden(f"pid {pid} is neither the caller (pid {caller.pid}) nor one of "
+                            "its descendants: a container takes only its own executor's "
+                            "processes")
+
+    def _grant(self, h: Holding, control: Optional[List[devices.DeviceNode]] = None) -> Grant:
+        gpus = [self.gpus[m] for m in h.gpus if m in self.gpus]
+        control = self._control() if control is None else control
+        nodes = control + [devices.gpu_node(g, self.dev_dir) for g in gpus]
+        uuids = ",".join(g.uuid for g in gpus)
+        return Grant(
+            container_id=h.container_id, container_type=h.container_type,
+            gpus=tuple(self._granted[g.minor] for g in gpus),
+            devices=tuple(nodes),
+            env={"NVIDIA_VISIBLE_DEVICES": uuids or "void",
+                 "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(len(gpus)))},
+            driver_version=self.inventory.driver_version,
+            cuda_driver_version=self.inventory.cuda_driver_version,
+            volume=self.volume if gpus else None,
+            topology=self.allocator.topology.describe(list(h.gpus)))
+
+    # --- operations -------------------------------------------------------------------------
+
+    def prepare(self, request: PrepareRequest, caller: Owner) -> Grant:
+        with self.lock:
+            held = self.holdings.get(request.container_id)
+            if held is not None:
+                if (held.owner == caller and len(held.gpus) == request.gpus
+                        and held.container_type == request.container_type):
+                    return self._grant(held)          # the same request again: a retry
+                raise Conflict(f"container {request.container_id} is already prepared "
+                               f"(holding GPUs {list(held.gpus)}, by {held.owner.describe() if held.owner else 'an unknown process'})")
+            chosen = self.allocator.allocate(request.gpus, unhealthy=self._unhealthy())
+            h = Holding(request.container_id, request.container_type,
+                        tuple(g.minor for g in chosen), tuple(g.uuid for g in chosen),
+                        "prepared", time.time(), caller, task=request.task)
+            try:
+                self._put(h)
+            except LedgerUnwritable as e:
+                self.allocator.release(h.gpus)
+                log.error("prepare of %s refused: %s", h.container_id, e)
+                raise
+            crashpoints.reached("prepare:after_ledger", h.container_id)
+            log.info("prepared %s (%s) for %s: GPUs %s (%s)", h.container_id, h.container_type,
+                     caller.describe(), list(h.gpus),
+                     self.allocator.topology.describe(list(h.gpus)))
+            self._watch(caller)
+            return self._grant(h)
+
+    def isolate(self, request: IsolateRequest, caller: Owner) -> Grant:
+        if request.docker_id is not None:
+            self._check_docker_label(request.container_id, request.docker_id)   # no lock held
+        with self.lock:
+            h = self._get(request.container_id)
+            self._check_owner(h, caller, "isolate")
+            if h.state == "isolated":
+                if ((request.pid is not None and h.placed and h.placed.pid == request.pid)
+                        or (request.docker_id is not None and h.docker_id == request.docker_id)):
+                    return self._grant(h)             # the same request again: a retry
+                if request.pid is not None and h.placed is None and h.container_type == MESOS:
+                    return self._grant(self._placed_before_crash(h, request.pid, caller))
+                raise Conflict(f"container {h.container_id} is already isolated")
+            if h.container_type == DOCKER:
+                if request.docker_id is None:
+                    raise BadRequest(f"container {h.container_id} is a DOCKER container: "
+                                     "isolate it by 'docker_id'")
+                log.info("isolated %s: Docker container %s, GPUs %s", h.container_id,
+                         request.docker_id[:12], list(h.gpus))
+                h = replace(h, state="isolated", docker_id=request.docker_id)
+            else:
+                if request.pid is None:
+                    raise BadRequest(f"container {h.container_id} is a MESOS container: "
+                                     "isolate it by 'pid'")
+                h = self._isolate_cgroup(h, request.pid, caller)
+            try:
+                self._put(h)   # recovery must know it was isolated: see cleanup
+            except LedgerUnwritable as e:
+                self._undo_move(h)
+                log.error("isolate of %s refused: %s", h.container_id, e)
+                raise
+            return self._grant(h)
+
+    def _undo_move(self, h: Holding) -> None:
+        """An isolate that cannot be recorded is not done: its cgroups go, the process
+        is moved out of them (not killed), and the holding stays prepared."""
+        if not h.cgroups:
+            return
+        try:
+            self.cgroups.remove(h.cgroups, ours=lambda pid: False)
+        except OSError as e:    # recovery strips an unrecorded cgroup of every GPU
+            log.warning("container %s: cannot remove its unrecorded cgroups: %s",
+                        h.container_id, e)
+
+    def _placed_before_crash(self, h: Holding, pid: int, caller: Owner) -> Holding:
+        """The same isolate again, after a crash between the move and its record:
+        recovery found the process in the cgroups and recorded them without it. It is
+        moved again (the crash may have cut the move between hierarchies) and recorded."""
+        if pid not in (self.cgroups.procs(h.cgroups) or []):
+            raise Conflict(f"container {h.container_id} is already isolated")
+        self._check_descendant(pid, caller)
+        placed = Placed.of_process(pid)
+        try:
+            if placed is None:
+                raise ProcessLookupError(pid)
+            self.cgroups.enter(h.cgroups, pid)
+        except CgroupVanished as e:
+            raise Gone(f"container {h.container_id}: its cgroup {e} vanished; "
+                       "the container is gone, call cleanup") from None
+        except OSError:
+            raise BadRequest(f"pid {pid}: the process exited before it could be isolated")
+        h = replace(h, placed=placed, runtime_cgroups=self._runtime_cgroups(h, pid))
+        try:
+            self._put(h)
+        except LedgerUnwritable as e:
+            log.error("isolate of %s refused: %s", h.container_id, e)
+            raise
+        log.info("isolated %s: pid %d was moved in before a crash; recorded", h.container_id,
+                 pid)
+        return h
+
+    def _check_docker_label(self, container_id: str, docker_id: str) -> None:
+        """The Docker container must carry our label with this container id. Asked of the
+        engine before the service lock is taken: the engine may be slow."""
+        if self.docker is None:
+            return
+        try:
+            label = self.docker.label_of(docker_id)
+        except KeyError:
+            raise BadRequest(f"docker_id {docker_id}: no such Docker container") from None
+        except DockerUnavailable as e:
+            raise Unavailable(str(e)) from None
+        if label != container_id:
+            raise BadRequest(f"docker_id {docker_id}: its label mesos-gpu.container-id is "
+                             f"{label!r}, not {container_id!r}")
+
+    def _isolate_cgroup(self, h: Holding, pid: int, caller: Owner) -> Holding:
+        placed = Placed.of_process(pid)
+        if placed is None:
+            raise BadRequest(f"pid {pid}: no such process")
+        self._check_descendant(pid, caller)
+        if self.cgroups.existing(self.cgroups.paths(h.container_id)):
+            raise Conflict(f"container {h.container_id}: a cgroup of that name already exists")
+        runtime = self._runtime_cgroups(h, pid)
+        try:
+            paths = self.cgroups.create(h.container_id, self._rules(h.gpus), pid)
+        except ProcessLookupError:
+            raise BadRequest(f"pid {pid}: the process exited before it could be isolated")
+        except OSError as e:
+            raise Conflict(f"container {h.container_id}: cannot create its cgroup: {e}")
+        crashpoints.reached("isolate:after_move", h.container_id)
+        log.info("isolated %s: pid %d in %s, GPUs %s", h.container_id, pid,
+                 ", ".join(paths.values()), list(h.gpus))
+        return replace(h, state="isolated", cgroups=paths, placed=placed, runtime_cgroups=runtime)
+
+    @staticmethod
+    def _runtime_cgroups(h: Holding, pid: int) -> Tuple[str, ...]:
+        """The cgroups runc made for the container: they carry its id as their name."""
+        try:
+            return tuple(sorted(path for path in cgroup_host.process_cgroups(pid).values()
+                                if os.path.basename(path.rstrip("/")) == h.container_id))
+        except OSError:
+            raise BadRequest(f"pid {pid}: the process exited before it could be isolated")
+
+    def update(self, request: UpdateRequest, caller: Owner) -> Grant:
+        with self.lock:
+            h = self._get(request.container_id)
+            self._check_owner(h, caller, "update")
+            if h.container_type == DOCKER and h.state == "isolated":
+                raise Conflict(f"container {h.container_id}: Docker cannot add or remove "
+                               "devices of a running container; restart the task with the "
+                               "new count")
+            held = list(h.gpus)
+            if h.state == "isolated" and not self.cgroups.existing(h.cgroups):
+                raise Gone(f"container {h.container_id}: its cgroup "
+                           f"{', '.join(h.cgroups.values())} vanished; the container is "
+                           "gone, call cleanup")
+            if request.gpus > len(held):
+                h = self._grow(h, request.gpus - len(held))
+            elif request.gpus < len(held):
+                h = self._shrink(h, request.gpus)
+            return self._grant(h)
+
+    def _grow(self, h: Holding, more: int) -> Holding:
+        added = self.allocator.allocate(more, held=h.gpus, unhealthy=self._unhealthy())
+        new = replace(h, gpus=h.gpus + tuple(g.minor for g in added),
+                      uuids=h.uuids + tuple(g.uuid for g in added))
+        try:
+            self._put(new)
+        except LedgerUnwritable as e:
+            self.allocator.release(g.minor for g in added)
+            log.error("update of %s refused: %s", h.container_id, e)
+            raise
+        crashpoints.reached("update:after_ledger", h.container_id)
+        try:
+            if h.state == "isolated":
+                self.cgroups.apply(h.cgroups, self._rules(new.gpus))
+        except CgroupVanished as e:
+            try:
+                self._put(h)
+                self.allocator.release(g.minor for g in added)
+            except LedgerUnwritable:    # the added GPUs stay the container's until cleanup
+                pass
+            raise Gone(f"container {h.container_id}: its cgroup {e} vanished; "
+                       "the container is gone, call cleanup") from None
+        crashpoints.reached("update:after_kernel", h.container_id)
+        log.info("updated %s: GPUs %s -> %s", h.container_id, list(h.gpus), list(new.gpus))
+        return new
+
+    def _shrink(self, h: Holding, count: int) -> Holding:
+        keep = set(self.allocator.keep([m for m in h.gpus if m in self.gpus], count))
+        keep |= {m for m in h.gpus if m not in self.gpus}
+        gpus = tuple(m for m in h.gpus if m in keep)
+        new = replace(h, gpus=gpus, uuids=tuple(u for m, u in zip(h.gpus, h.uuids) if m in keep))
+        if h.state == "isolated":
+            try:
+                self.cgroups.apply(h.cgroups, self._rules(gpus))
+            except CgroupVanished as e:
+                raise Gone(f"container {h.container_id}: its cgroup {e} vanished; "
+                           "the container is gone, call cleanup") from None
+        crashpoints.reached("update:after_kernel", h.container_id)
+        try:           # the kernel allows less already: the safe side, until it is recorded
+            self._put(new)
+        except LedgerUnwritable as e:
+            log.error("update of %s refused: %s", h.container_id, e)
+            raise
+        self.allocator.release(m for m in h.gpus if m not in keep)
+        log.info("updated %s: GPUs %s -> %s", h.container_id, list(h.gpus), list(gpus))
+        return new
+
+    def cleanup(self, request: CleanupRequest) -> Cleanup:
+        """The container's end, as its owner (or an operator) reports it: its cgroups
+        emptied and removed, its GPUs back. A Docker container is the caller's to
+        remove (the reconciler removes one whose owner is gone)."""
+        with self.lock:
+            # stopped for a GPU fault: said even when the owner's cleanup overtakes the
+            # stop (a Docker container is removed outside the lock)
+            stop = self.health.stop_of(request.container_id) if self.health else None
+            stopped = GpuFaultStop(stop.message, stop.uuids, stop.xid) if stop else None
+            if stopped is not None and request.container_id not in self.holdings:
+                return Cleanup(request.container_id, stopped=stopped)
+            h = self._get(request.container_id)
+            killed = self._remove_cgroups(h)
+            crashpoints.reached("cleanup:after_kernel", h.container_id)
+            try:
+                self._drop(h)
+            except LedgerUnwritable as e:
+                log.error("cleanup of %s: its GPUs %s stay held until the cleanup is "
+                          "recorded: %s", h.container_id, list(h.gpus), e)
+                raise LedgerUnwritable(f"container {h.container_id} is stopped, its GPUs "
+                                       f"stay held until it can be recorded: {e}; ask the "
+                                       "cleanup again") from None
+            if killed:
+                log.info("cleanup of %s killed %d leftover process(es)", h.container_id,
+                         len(killed))
+            log.info("cleaned up %s: GPUs %s back to the pool", h.container_id, list(h.gpus))
+            return Cleanup(h.container_id, h.gpus, tuple(killed), stopped)
+
+    def _remove_cgroups(self, h: Holding) -> List[int]:
+        if h.container_type != MESOS:
+            return []
+        ours = h.placed.family if h.placed else None
+        killed = self.cgroups.remove({**self.cgroups.paths(h.container_id), **h.cgroups}, ours)
+        for path in h.runtime_cgroups:
+            try:
+                killed += cgroup_paths.remove(path, timeout=2.0, ours=ours,
+                                              evict_to=os.path.dirname(path))
+            except OSError as e:
+                log.warning("container %s: cannot remove %s: %s", h.container_id, path, e)
+        return sorted(set(killed))
+
+    def release(self, h: Holding, reason: str, why: str, stop: bool = True) -> bool:
+        """Give back the GPUs of a container nobody holds any more (`reason` is a short
+        code counted in the metrics, `why` the sentence logged) and, with `stop`, stop the
+        container too; False when the holding changed meanwhile (its owner cleaned it up,
+        say) and nothing was done. A Docker container is removed without the service lock
+        (the engine may be slow); its GPUs stay held until it is gone."""
+        with self.lock:
+            if self.holdings.get(h.container_id) is not h:
+                return False
+        if stop and h.container_type == DOCKER and self.docker is not None:
+            try:
+                self.docker.remove(h.container_id, h.docker_id)
+            except DockerUnavailable as e:
+                log.warning("container %s: %s; its GPUs stay held until Docker answers",
+                            h.container_id, e)
+                return False
+        with self.lock:
+            if self.holdings.get(h.container_id) is not h:
+                return False
+            killed = self._remove_cgroups(h) if stop else []
+            crashpoints.reached("release:after_stop", h.container_id)
+            try:
+                self._drop(h)
+            except LedgerUnwritable as e:       # the next reconciliation pass tries again
+                if h.container_id not in self._unrecorded:
+                    log.warning("container %s: its release cannot be recorded yet (tried "
+                                "again each pass): %s", h.container_id, e)
+                self._unrecorded.add(h.container_id)
+                return False
+            self._unrecorded.discard(h.container_id)
+            self.counters[f"released_{reason}"] += 1
+        log.warning("container %s released GPUs %s: %s%s", h.container_id, list(h.gpus), why,
+                    f" ({len(killed)} process(es) killed)" if killed else "")
+        return True
+
+    def adopt(self, h: Holding, docker_id: str) -> None:
+        """A DOCKER container prepared, never isolated, that does run: record it isolated
+        (its executor died between `docker run` and isolate, or the answer was lost)."""
+        with self.lock:
+            if self.holdings.get(h.container_id) is h:
+                try:
+                    self._put(replace(h, state="isolated", docker_id=docker_id))
+                except LedgerUnwritable as e:   # the next reconciliation pass tries again
+                    log.warning("container %s: cannot record it as isolated yet: %s",
+                                h.container_id, e)
+                    return
+                log.info("container %s: its Docker container %s runs: recorded as isolated",
+                         h.container_id, docker_id[:12])
+
+    def usage(self, container_id: str) -> Usage:
+        """The container's GPUs now: the whole GPU's figures, and its own processes'."""
+        with self.lock:
+            h = self._get(container_id)
+            gpus = [self.gpus[m] for m in h.gpus if m in self.gpus]
+        samples = {}
+        if gpus:
+            # NVML may hang (a driver in trouble): a few usage requests wait on it, the
+            # next are refused at once, so the workers stay free for the other routes
+            if not self._usage_slots.acquire(blocking=False):
+                raise Unavailable(f"NVML: {USAGE_SLOTS} usage requests are still waiting on "
+                                  f"NVML calls; try later")
+            try:
+                if self.monitor is not None and self.monitor.holds_nvml:
+                    # NVML is initialised for the daemon's life: no session, whose lock
+                    # would make each usage wait on another's stuck call
+                    samples = {g.index: nvml_health.sample(g.index) for g in gpus}
+                else:
+                    with nvml.session(self.nvml_library):
+                        samples = {g.index: nvml_health.sample(g.index) for g in gpus}
+            except nvml.NvmlUnavailable as e:
+                raise Unavailable(f"NVML: {e}") from None
+            finally:
+                self._usage_slots.release()
+        return Usage(h.container_id, tuple(gpu_usage(g, samples[g.index], h) for g in gpus))
+
+    # --- GPU health -----------------------------------------------------------------------------
+
+    def gpu_fault(self, minor: int, fault: Fault) -> None:
+        """A fault on a managed GPU (from the health monitor): unhealthy now, and when
+        the fault loses the work on it, the containers holding it are stopped."""
+        if self.health is None or minor not in self.gpus:
+            return
+        self.health.fault(minor, fault)
+        if not (fault.kills and self.kill_on_fault):
+            return
+        with self.lock:
+            holders = [h for h in self.holdings.values() if minor in h.gpus]
+        gpu = self.gpus[minor]
+        for h in holders:
+            message = f"GPU {minor} ({gpu.uuid}) became unhealthy: {fault.detail}"
+            if self.fault_stop(h) is None:   # a condition that holds comes back every poll
+                self.health.record_stop(Stop(h.container_id, message, (minor,), (gpu.uuid,),
+                                             fault.xid, time.time()))
+                with self.lock:
+                    self.counters["gpu_fault_stops"] += 1
+            crashpoints.reached("gpu_fault:after_record", h.container_id)
+            # not done (Docker did not answer, the holding changed meanwhile, the daemon
+            # died): the reconciler stops it, the stop being on record
+            self.release(h, "gpu_unhealthy", message)
+
+    def fault_stop(self, h: Holding) -> Optional[Stop]:
+        """The stop decided for this container because a GPU it held got a fault that
+        loses the work on it; None when none was (since it was prepared)."""
+        stop = self.health.stop_of(h.container_id) if self.health is not None else None
+        return stop if stop is not None and stop.at >= h.prepared_at else None
+
+    def health_report(self) -> NodeHealth:
+        if self.health is None:
+            return NodeHealth((), "off")
+        with self.lock:
+            holder = {m: cid for cid, h in self.holdings.items() for m in h.gpus}
+        snapshot = self.monitor.snapshot() if self.monitor is not None else {}
+        gpus = []
+        for s in self.health.all():
+            g = self.gpus[s.minor]
+            gpus.append(GpuHealth(
+                minor=s.minor, index=g.index, uuid=g.uuid, name=g.name, state=s.state,
+                since=s.since, reason=s.reason, cause=s.cause, xid=s.xid,
+                self_check_at=s.quiet_until if s.state == UNHEALTHY else None,
+                container_id=holder.get(s.minor, "")))
+        return NodeHealth(tuple(gpus), snapshot.get("status", "not monitored"),
+                          snapshot.get("sampled_at", 0.0))
+
+    def info(self) -> Dict:
+        with self.lock:
+            return {"inventory": self.inventory.to_json(),
+                    "managed": sorted(self.gpus),
+                    "free": sorted(self.allocator.available),
+                    "allocated": sorted(self.allocator.allocated),
+                    "cgroups": {"host": self.cgroups.host.to_json(),
+                                "versions": self.cgroups.versions, "root": self.cgroups.root},
+                    "control_devices": [n.to_json() for n in self._control()],
+                    "volume": {"name": self.volume.name, "path": self.volume.path}
+                    if self.volume else None,
+                    "ledger": {"path": self.ledger.path, "journal": self.ledger.journal_path,
+                               "writes": self.ledger.writes},
+                    "counters": dict(self.counters),
+                    "unhealthy": {str(m): why for m, why in self._unhealthy().items()},
+                    "containers": {cid: h.to_json() for cid, h in self.holdings.items()}}
+
+
+def gpu_usage(g: Gpu, sample: nvml_health.DeviceSample, h: Holding) -> GpuUsage:
+    """One GPU of a container: the GPU's figures, and those of the container's processes."""
+    mine = process_containers.of_processes([p.pid for p in sample.processes], h)
+    processes = tuple(ProcessUsage(p.pid, p.memory_used, p.sm_utilization, mine[p.pid])
+                      for p in sample.processes)
+    own = [p for p in processes if p.in_container]
+    sm = [p.sm_utilization for p in own if p.sm_utilization is not None]
+    return GpuUsage(minor=g.minor, uuid=g.uuid, index=g.index,
+                    memory_used=sample.memory_used or 0,
+                    memory_total=sample.memory_total or g.memory_total,
+                    gpu_utilization=sample.gpu_utilization,
+                    memory_utilization=sample.memory_utilization,
+                    task_memory_used=sum(p.memory_used for p in own),
+                    task_sm_utilization=min(100, sum(sm)) if sm else (0 if own else None),
+                    processes=processes)

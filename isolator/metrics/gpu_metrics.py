@@ -1,0 +1,189 @@
+"""Per-GPU, GPU health and per-task series of the daemon's /metrics.
+
+Per GPU, the names NVIDIA's DCGM exporter uses (so its dashboards work as
+they are): DCGM_FI_DEV_GPU_UTIL, _MEM_COPY_UTIL, _FB_USED/_FB_FREE/_FB_TOTAL
+(MiB), _GPU_TEMP (C), _POWER_USAGE (W), _XID_ERRORS (the last XID seen, 0
+for none), the ECC counts (_ECC_SBE_VOL_TOTAL ... _ECC_DBE_AGG_TOTAL), retired
+pages (_RETIRED_SBE, _RETIRED_DBE, _RETIRED_PENDING) and remapped rows
+(_CORRECTABLE_REMAPPED_ROWS, _UNCORRECTABLE_REMAPPED_ROWS, _ROW_REMAP_FAILURE,
+_ROW_REMAP_PENDING). Each GPU carries DCGM's labels (gpu = NVML index, UUID,
+device, modelName, Hostname) and ours: minor, and while a container holds it
+the container_id, task_id, framework_id and app_id its executor named (empty
+when free). A figure the GPU does not report is left out, as DCGM does.
+
+The figures are the health monitor's last poll (--health_poll_interval; its
+age is mesos_gpu_gpu_sample_age_seconds): a scrape reads memory, it does not
+call NVML, so any number of scrapers cost the GPUs nothing.
+
+Ours: mesos_gpu_gpu_health (one series per state, 1 for the current one),
+mesos_gpu_gpus_unhealthy, health transitions, XIDs by code and effect, ECC
+events, self-checks, containers stopped for a GPU fault, NVML errors by
+function, event-set restarts; and per task
+(the container's own processes, by their cgroups: process_containers.py)
+mesos_gpu_task_gpu_memory_used_bytes, mesos_gpu_task_gpu_utilization_percent
+and mesos_gpu_task_gpu_processes.
+"""
+import socket
+import time
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
+
+from isolator.allocation import process_containers
+from isolator.api import TaskLabels
+from isolator.discovery.gpu import Gpu
+from isolator.health.gpu_health import STATES
+from isolator.allocation.ledger import Holding
+from isolator.metrics.exposition import Text
+from isolator.health.health_monitor import STUCK_AFTER
+from isolator.health.nvml_health import DeviceSample
+
+if TYPE_CHECKING:
+    from isolator.daemon.service import AgentService
+
+MIB = 2 ** 20
+HOSTNAME = socket.gethostname()
+
+# (name, kind, help, value of a sample or None)
+DCGM: List[Tuple[str, str, str, Callable[[DeviceSample], Optional[object]]]] = [
+    ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", lambda s: s.gpu_utilization),
+    ("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %).",
+     lambda s: s.memory_utilization),
+    ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).",
+     lambda s: None if s.memory_used is None else s.memory_used // MIB),
+    ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).",
+     lambda s: None if s.memory_free is None else s.memory_free // MIB),
+    ("DCGM_FI_DEV_FB_TOTAL", "gauge", "Framebuffer memory total (in MiB).",
+     lambda s: None if s.memory_total is None else s.memory_total // MIB),
+    ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", lambda s: s.temperature),
+    ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", lambda s: s.power_watts),
+    ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "counter", "Total number of single-bit volatile ECC "
+     "errors.", lambda s: s.ecc.get("sbe_volatile")),
+    ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter", "Total number of double-bit volatile ECC "
+     "errors.", lambda s: s.ecc.get("dbe_volatile")),
+    ("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", "counter", "Total number of single-bit persistent ECC "
+     "errors.", lambda s: s.ecc.get("sbe_aggregate")),
+    ("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", "counter", "Total number of double-bit persistent ECC "
+     "errors.", lambda s: s.ecc.get("dbe_aggregate")),
+    ("DCGM_FI_DEV_RETIRED_SBE", "counter", "Total number of retired pages due to single-bit "
+     "errors.", lambda s: s.retired_sbe),
+    ("DCGM_FI_DEV_RETIRED_DBE", "counter", "Total number of retired pages due to double-bit "
+     "errors.", lambda s: s.retired_dbe),
+    ("DCGM_FI_DEV_RETIRED_PENDING", "gauge", "1 when pages wait for retirement.",
+     lambda s: s.retired_pending),
+    ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "counter", "Number of remapped rows for "
+     "correctable errors.", lambda s: s.remapped_correctable),
+    ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "counter", "Number of remapped rows for "
+     "uncorrectable errors.", lambda s: s.remapped_uncorrectable),
+    ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed.",
+     lambda s: s.remap_failure),
+    ("DCGM_FI_DEV_ROW_REMAP_PENDING", "gauge", "1 when rows wait for remapping.",
+     lambda s: s.remap_pending),
+]
+
+
+def gpu_labels(g: Gpu, h: Optional[Holding]) -> Dict[str, object]:
+    task = (h.task if h is not None else None) or TaskLabels()
+    return {"gpu": g.index, "UUID": g.uuid, "device": f"nvidia{g.minor}", "modelName": g.name,
+            "Hostname": HOSTNAME, "minor": g.minor,
+            "container_id": h.container_id if h is not None else "",
+            "task_id": task.task_id, "framework_id": task.framework_id, "app_id": task.app_id}
+
+
+def write(out: Text, service: "AgentService") -> None:
+    with service.lock:
+        holder = {m: h for h in service.holdings.values() for m in h.gpus}
+    gpus = [service.gpus[m] for m in sorted(service.gpus)]
+    labels = {g.minor: gpu_labels(g, holder.get(g.minor)) for g in gpus}
+    snap = service.monitor.snapshot() if service.monitor is not None else {}
+    samples: Dict[int, DeviceSample] = snap.get("samples", {})
+    for name, kind, help_text, read in DCGM:
+        rows = [(labels[g.minor], read(samples[g.minor])) for g in gpus if g.minor in samples]
+        out.family(name, kind, help_text, [(k, v) for k, v in rows if v is not None])
+    last_xid = snap.get("last_xid", {})
+    out.family("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.",
+               [(labels[g.minor], last_xid.get(g.minor, 0)) for g in gpus])
+    _health(out, service, gpus, labels, snap)
+    _tasks(out, gpus, holder, samples)
+
+
+def _short(g: Gpu) -> Dict[str, object]:
+    return {"minor": g.minor, "UUID": g.uuid}
+
+
+def _health(out: Text, service: "AgentService", gpus: List[Gpu],
+            labels: Dict[int, Dict[str, object]], snap: Dict) -> None:
+    book = service.health
+    states = {s.minor: s for s in book.all()} if book is not None else {}
+    out.family("mesos_gpu_gpu_health", "gauge",
+               "1 for the GPU's health state (healthy; unhealthy: no new work; probing: its "
+               "self-check runs), 0 for the others.",
+               [({**labels[g.minor], "state": state},
+                 int(states[g.minor].state == state)) for g in gpus if g.minor in states
+                for state in STATES])
+    out.family("mesos_gpu_gpus_unhealthy", "gauge", "Managed GPUs that are not healthy.",
+               [({}, sum(1 for s in states.values() if s.state != "healthy"))])
+    by_minor = {g.minor: g for g in gpus}
+    transitions = dict(book.transitions) if book is not None else {}
+    out.family("mesos_gpu_gpu_health_transitions_total", "counter",
+               "Changes of a GPU's health state.",
+               [({**_short(by_minor[m]), "from": old, "to": new}, n)
+                for (m, old, new), n in sorted(transitions.items()) if m in by_minor])
+    classify = service.monitor.classifier if service.monitor is not None else None
+    out.family("mesos_gpu_xid_errors_total", "counter",
+               "XID errors NVML reported, by code and what they did (application: counted "
+               "only; unhealthy; kill: the work on the GPU was stopped).",
+               [({**_short(by_minor[m]), "xid": code,
+                  "effect": classify(code).effect if classify else ""}, n)
+                for (m, code), n in sorted(snap.get("xids", {}).items()) if m in by_minor])
+    out.family("mesos_gpu_ecc_error_events_total", "counter",
+               "ECC error events NVML reported, by type (sbe, dbe).",
+               [({**_short(by_minor[m]), "type": kind}, n)
+                for (m, kind), n in sorted(snap.get("ecc_events", {}).items()) if m in by_minor])
+    out.family("mesos_gpu_gpu_self_checks_total", "counter",
+               "Self-checks of GPUs whose quiet period ended, by result.",
+               [({**_short(by_minor[m]), "result": result}, n)
+                for (m, result), n in sorted(snap.get("probes", {}).items()) if m in by_minor])
+    out.family("mesos_gpu_containers_stopped_for_gpu_fault_total", "counter",
+               "Containers the daemon stopped because a GPU they held got a fault that "
+               "loses the work on it (--on_gpu_fault kill); counted when decided, once.",
+               [({}, service.counters.get("gpu_fault_stops", 0))])
+    out.family("mesos_gpu_nvml_errors_total", "counter",
+               "NVML calls of the health monitor that failed, by function.",
+               [({"function": name}, n) for name, n in sorted(snap.get("nvml_errors", {}).items())])
+    out.family("mesos_gpu_nvml_event_set_restarts_total", "counter",
+               "Times the NVML event set was made anew after waits kept failing.",
+               [({}, snap.get("event_restarts", 0))])
+    out.family("mesos_gpu_nvml_call_stuck_seconds", "gauge",
+               "How long an NVML call of the health monitor has run, for each call past due "
+               f"by {STUCK_AFTER:g} s or more (a driver in trouble); none while NVML answers.",
+               [({"thread": thread, "function": function,
+                  "minor": "" if minor is None else minor}, seconds)
+                for thread, function, minor, seconds in snap.get("stuck", [])])
+    sampled = snap.get("sampled_at", 0.0)
+    out.family("mesos_gpu_gpu_sample_age_seconds", "gauge",
+               "Age of the GPU figures served (the health monitor's last poll).",
+               [({}, round(time.time() - sampled, 3))] if sampled else [])
+
+
+def _tasks(out: Text, gpus: List[Gpu], holder: Dict[int, Holding],
+           samples: Dict[int, DeviceSample]) -> None:
+    memory, utilization, count = [], [], []
+    for g in gpus:
+        h, sample = holder.get(g.minor), samples.get(g.minor)
+        if h is None or sample is None:
+            continue
+        task = h.task or TaskLabels()
+        labels = {"container_id": h.container_id, "task_id": task.task_id,
+                  "framework_id": task.framework_id, "app_id": task.app_id, "gpu": g.index,
+                  "UUID": g.uuid, "minor": g.minor}
+        own = [p for p in sample.processes if process_containers.belongs(p.pid, h)]
+        memory.append((labels, sum(p.memory_used for p in own)))
+        sm = [p.sm_utilization for p in own if p.sm_utilization is not None]
+        utilization.append((labels, min(100, sum(sm))))
+        count.append((labels, len(own)))
+    out.family("mesos_gpu_task_gpu_memory_used_bytes", "gauge",
+               "GPU memory used by the task's own processes, per GPU it holds.", memory)
+    out.family("mesos_gpu_task_gpu_utilization_percent", "gauge",
+               "SM utilization of the task's own processes (NVML per-process samples), per GPU.",
+               utilization)
+    out.family("mesos_gpu_task_gpu_processes", "gauge",
+               "Compute processes of the task on each GPU it holds.", count)
