@@ -149,10 +149,18 @@ def build_service(args) -> AgentService:
 
 def _housekeeping(service: AgentService, stop: threading.Event, sync_every: float) -> None:
     """fdatasync the ledger journal (each change is already written to it)."""
+    ledger = service.ledger
     while not stop.wait(sync_every):
+        failing = ledger.sync_error is not None
         try:
-            service.ledger.sync()
-        except Exception:                        # keep serving; the next round retries
+            ledger.sync()
+        except OSError as e:                     # keep serving; the next round retries
+            if not failing:
+                log.error("ledger journal %s: fdatasync failed (%s): the disk under %s is "
+                          "failing; until it works again every change is fdatasync'ed "
+                          "before it is acknowledged, and refused when that fails",
+                          ledger.journal_path, e.strerror or e, os.path.dirname(ledger.path))
+        except Exception:
             log.exception("ledger sync failed")
 
 

@@ -30,7 +30,8 @@ from dataclasses import replace
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from isolator.cgroups import cgroup_host, cgroup_paths
-from isolator.allocation import crashpoints, process_containers
+from isolator import crashpoints
+from isolator.allocation import process_containers
 from isolator.discovery import devices, nvml
 from isolator.health import nvml_health
 from isolator.allocation.allocator import Allocator
@@ -43,7 +44,7 @@ from isolator.allocation.docker_state import DockerState, DockerUnavailable
 from isolator.errors import BadRequest, Conflict, Forbidden, Gone, NotFound, Unavailable
 from isolator.discovery.gpu import Gpu, Inventory
 from isolator.health.gpu_health import UNHEALTHY, Fault, HealthBook, Stop
-from isolator.allocation.ledger import Holding, Ledger
+from isolator.allocation.ledger import Holding, Ledger, LedgerUnwritable
 from isolator.allocation.owner import Owner, Placed, is_descendant
 from isolator.allocation.recovery import Recovery, Report
 from isolator.discovery.topology import Topology
@@ -86,6 +87,8 @@ class AgentService:
         self.kill_on_fault = kill_on_fault
         self.monitor = None                       # the HealthMonitor, when one runs
         self._usage_slots = threading.BoundedSemaphore(USAGE_SLOTS)
+        self._compact_failed = False
+        self._unrecorded: set = set()            # releases the ledger refused, said once
 
     # --- start-up and shutdown -------------------------------------------------------------
 
@@ -94,19 +97,46 @@ class AgentService:
         with self.lock:
             recorded = self.ledger.load()
             recovery = Recovery(self.cgroups, self.kernel_minors, self._rules, self.docker)
-            self.holdings = recovery.run(recorded)
+            self.holdings = self._record_recovery(recorded, recovery.run(recorded))
             for h in self.holdings.values():
                 self.allocator.claim(m for m in h.gpus if m in self.gpus)
-            self.ledger.compact(self.holdings)
+            self._compact()
             log.info(recovery.report.summary(self.holdings))
             for h in self.holdings.values():
                 self._watch(h.owner)
             return recovery.report
 
+    def _record_recovery(self, recorded: Dict[str, Holding],
+                         recovered: Dict[str, Holding]) -> Dict[str, Holding]:
+        """What recovery changed, in the journal before anything is served (a snapshot
+        may not fit on a full disk, a few records do): the daemon never serves from a
+        state the ledger does not hold. A change the journal cannot take is not made:
+        that container stays as recorded (its GPUs held), for the reconciler to settle
+        once the disk takes it."""
+        out = dict(recovered)
+        kept = []
+        changes = [(cid, None) for cid in recorded.keys() - recovered.keys()]
+        changes += [(cid, h) for cid, h in recovered.items() if recorded.get(cid) != h]
+        for cid, h in changes:
+            try:
+                if h is None:
+                    self.ledger.remove(cid)
+                else:
+                    self.ledger.put(h)
+            except LedgerUnwritable as e:      # recovery only keeps or changes records
+                out[cid] = recorded[cid]
+                kept.append(cid)
+                error = e
+        if kept:
+            log.warning("recovery: %d container(s) kept as recorded (%s): the journal cannot "
+                        "take what recovery decided for them; the reconciler settles them "
+                        "once it can: %s", len(kept), ", ".join(sorted(kept)), error)
+        return out
+
     def close(self) -> None:
         """A last snapshot (the journal emptied) when the daemon stops."""
         with self.lock:
-            self.ledger.compact(self.holdings)
+            self._compact()
             self.ledger.close()
 
     def on_new_owner(self, listener: Callable[[Owner], None]) -> None:
@@ -144,14 +174,16 @@ class AgentService:
         return h
 
     def _put(self, h: Holding) -> None:
-        self.holdings[h.container_id] = h
+        """Record, then change: a change the ledger cannot hold (LedgerUnwritable, a
+        full or failing disk) is not made."""
         self.ledger.put(h)
+        self.holdings[h.container_id] = h
         self._compact_if_large()
 
     def _drop(self, h: Holding) -> None:
+        self.ledger.remove(h.container_id)
         del self.holdings[h.container_id]
         self.allocator.release(h.gpus)
-        self.ledger.remove(h.container_id)
         self._compact_if_large()
 
     def _unhealthy(self) -> Dict[int, str]:
@@ -162,7 +194,23 @@ class AgentService:
 
     def _compact_if_large(self) -> None:
         if self.ledger.needs_compaction():
+            self._compact()
+
+    def _compact(self) -> None:
+        """A new snapshot; one that does not fit costs nothing (the journal has every
+        change), it is said once and tried again at the next compaction."""
+        try:
             self.ledger.compact(self.holdings)
+        except OSError as e:
+            if not self._compact_failed:
+                log.warning("ledger %s: cannot write a new snapshot (%s); the journal %s "
+                            "keeps every change meanwhile", self.ledger.path,
+                            e.strerror or e, self.ledger.journal_path)
+            self._compact_failed = True
+            return
+        if self._compact_failed:
+            log.info("ledger %s: snapshot written again", self.ledger.path)
+        self._compact_failed = False
 
     @staticmethod
     def _check_owner(h: Holding, caller: Owner, what: str) -> None:
@@ -170,6 +218,13 @@ class AgentService:
                                                                           caller.start_time):
             raise Forbidden(f"container {h.container_id} was prepared by "
                             f"{h.owner.describe()}; process {caller.pid} may not {what} it")
+
+    @staticmethod
+    def _check_descendant(pid: int, caller: Owner) -> None:
+        if not is_descendant(pid, caller.pid):
+            raise Forbidden(f"pid {pid} is neither the caller (pid {caller.pid}) nor one of "
+                            "its descendants: a container takes only its own executor's "
+                            "processes")
 
     def _grant(self, h: Holding, control: Optional[List[devices.DeviceNode]] = None) -> Grant:
         gpus = [self.gpus[m] for m in h.gpus if m in self.gpus]
@@ -210,9 +265,9 @@ class AgentService:
                         "prepared", time.time(), caller, task=request.task)
             try:
                 self._put(h)
-            except OSError:
-                self.holdings.pop(h.container_id, None)
+            except LedgerUnwritable as e:
                 self.allocator.release(h.gpus)
+                log.error("prepare of %s refused: %s", h.container_id, e)
                 raise
             crashpoints.reached("prepare:after_ledger", h.container_id)
             log.info("prepared %s (%s) for %s: GPUs %s (%s)", h.container_id, h.container_type,
@@ -231,6 +286,8 @@ class AgentService:
                 if ((request.pid is not None and h.placed and h.placed.pid == request.pid)
                         or (request.docker_id is not None and h.docker_id == request.docker_id)):
                     return self._grant(h)             # the same request again: a retry
+                if request.pid is not None and h.placed is None and h.container_type == MESOS:
+                    return self._grant(self._placed_before_crash(h, request.pid, caller))
                 raise Conflict(f"container {h.container_id} is already isolated")
             if h.container_type == DOCKER:
                 if request.docker_id is None:
@@ -244,8 +301,51 @@ class AgentService:
                     raise BadRequest(f"container {h.container_id} is a MESOS container: "
                                      "isolate it by 'pid'")
                 h = self._isolate_cgroup(h, request.pid, caller)
-            self._put(h)       # recovery must know it was isolated: see cleanup
+            try:
+                self._put(h)   # recovery must know it was isolated: see cleanup
+            except LedgerUnwritable as e:
+                self._undo_move(h)
+                log.error("isolate of %s refused: %s", h.container_id, e)
+                raise
             return self._grant(h)
+
+    def _undo_move(self, h: Holding) -> None:
+        """An isolate that cannot be recorded is not done: its cgroups go, the process
+        is moved out of them (not killed), and the holding stays prepared."""
+        if not h.cgroups:
+            return
+        try:
+            self.cgroups.remove(h.cgroups, ours=lambda pid: False)
+        except OSError as e:    # recovery strips an unrecorded cgroup of every GPU
+            log.warning("container %s: cannot remove its unrecorded cgroups: %s",
+                        h.container_id, e)
+
+    def _placed_before_crash(self, h: Holding, pid: int, caller: Owner) -> Holding:
+        """The same isolate again, after a crash between the move and its record:
+        recovery found the process in the cgroups and recorded them without it. It is
+        moved again (the crash may have cut the move between hierarchies) and recorded."""
+        if pid not in (self.cgroups.procs(h.cgroups) or []):
+            raise Conflict(f"container {h.container_id} is already isolated")
+        self._check_descendant(pid, caller)
+        placed = Placed.of_process(pid)
+        try:
+            if placed is None:
+                raise ProcessLookupError(pid)
+            self.cgroups.enter(h.cgroups, pid)
+        except CgroupVanished as e:
+            raise Gone(f"container {h.container_id}: its cgroup {e} vanished; "
+                       "the container is gone, call cleanup") from None
+        except OSError:
+            raise BadRequest(f"pid {pid}: the process exited before it could be isolated")
+        h = replace(h, placed=placed, runtime_cgroups=self._runtime_cgroups(h, pid))
+        try:
+            self._put(h)
+        except LedgerUnwritable as e:
+            log.error("isolate of %s refused: %s", h.container_id, e)
+            raise
+        log.info("isolated %s: pid %d was moved in before a crash; recorded", h.container_id,
+                 pid)
+        return h
 
     def _check_docker_label(self, container_id: str, docker_id: str) -> None:
         """The Docker container must carry our label with this container id. Asked of the
@@ -266,17 +366,10 @@ class AgentService:
         placed = Placed.of_process(pid)
         if placed is None:
             raise BadRequest(f"pid {pid}: no such process")
-        if not is_descendant(pid, caller.pid):
-            raise Forbidden(f"pid {pid} is neither the caller (pid {caller.pid}) nor one of "
-                            "its descendants: a container takes only its own executor's "
-                            "processes")
+        self._check_descendant(pid, caller)
         if self.cgroups.existing(self.cgroups.paths(h.container_id)):
             raise Conflict(f"container {h.container_id}: a cgroup of that name already exists")
-        try:           # the cgroups runc made for the container carry its id as their name
-            runtime = tuple(sorted(path for path in cgroup_host.process_cgroups(pid).values()
-                                   if os.path.basename(path.rstrip("/")) == h.container_id))
-        except OSError:
-            raise BadRequest(f"pid {pid}: the process exited before it could be isolated")
+        runtime = self._runtime_cgroups(h, pid)
         try:
             paths = self.cgroups.create(h.container_id, self._rules(h.gpus), pid)
         except ProcessLookupError:
@@ -287,6 +380,15 @@ class AgentService:
         log.info("isolated %s: pid %d in %s, GPUs %s", h.container_id, pid,
                  ", ".join(paths.values()), list(h.gpus))
         return replace(h, state="isolated", cgroups=paths, placed=placed, runtime_cgroups=runtime)
+
+    @staticmethod
+    def _runtime_cgroups(h: Holding, pid: int) -> Tuple[str, ...]:
+        """The cgroups runc made for the container: they carry its id as their name."""
+        try:
+            return tuple(sorted(path for path in cgroup_host.process_cgroups(pid).values()
+                                if os.path.basename(path.rstrip("/")) == h.container_id))
+        except OSError:
+            raise BadRequest(f"pid {pid}: the process exited before it could be isolated")
 
     def update(self, request: UpdateRequest, caller: Owner) -> Grant:
         with self.lock:
@@ -316,14 +418,22 @@ class AgentService:
                                         profile=self._profile_of(h))
         new = replace(h, gpus=h.gpus + tuple(g.key for g in added),
                       uuids=h.uuids + tuple(g.uuid for g in added))
-        self._put(new)
+        try:
+            self._put(new)
+        except LedgerUnwritable as e:
+            self.allocator.release(g.key for g in added)
+            log.error("update of %s refused: %s", h.container_id, e)
+            raise
         crashpoints.reached("update:after_ledger", h.container_id)
         try:
             if h.state == "isolated":
                 self.cgroups.apply(h.cgroups, self._rules(new.gpus))
         except CgroupVanished as e:
-            self.allocator.release(g.key for g in added)
-            self._put(h)
+            try:
+                self._put(h)
+                self.allocator.release(g.key for g in added)
+            except LedgerUnwritable:    # the added GPUs stay the container's until cleanup
+                pass
             raise Gone(f"container {h.container_id}: its cgroup {e} vanished; "
                        "the container is gone, call cleanup") from None
         crashpoints.reached("update:after_kernel", h.container_id)
@@ -342,8 +452,12 @@ class AgentService:
                 raise Gone(f"container {h.container_id}: its cgroup {e} vanished; "
                            "the container is gone, call cleanup") from None
         crashpoints.reached("update:after_kernel", h.container_id)
+        try:           # the kernel allows less already: the safe side, until it is recorded
+            self._put(new)
+        except LedgerUnwritable as e:
+            log.error("update of %s refused: %s", h.container_id, e)
+            raise
         self.allocator.release(m for m in h.gpus if m not in keep)
-        self._put(new)
         log.info("updated %s: GPUs %s -> %s", h.container_id, list(h.gpus), list(gpus))
         return new
 
@@ -361,7 +475,14 @@ class AgentService:
             h = self._get(request.container_id)
             killed = self._remove_cgroups(h)
             crashpoints.reached("cleanup:after_kernel", h.container_id)
-            self._drop(h)
+            try:
+                self._drop(h)
+            except LedgerUnwritable as e:
+                log.error("cleanup of %s: its GPUs %s stay held until the cleanup is "
+                          "recorded: %s", h.container_id, list(h.gpus), e)
+                raise LedgerUnwritable(f"container {h.container_id} is stopped, its GPUs "
+                                       f"stay held until it can be recorded: {e}; ask the "
+                                       "cleanup again") from None
             if killed:
                 log.info("cleanup of %s killed %d leftover process(es)", h.container_id,
                          len(killed))
@@ -402,7 +523,15 @@ class AgentService:
                 return False
             killed = self._remove_cgroups(h) if stop else []
             crashpoints.reached("release:after_stop", h.container_id)
-            self._drop(h)
+            try:
+                self._drop(h)
+            except LedgerUnwritable as e:       # the next reconciliation pass tries again
+                if h.container_id not in self._unrecorded:
+                    log.warning("container %s: its release cannot be recorded yet (tried "
+                                "again each pass): %s", h.container_id, e)
+                self._unrecorded.add(h.container_id)
+                return False
+            self._unrecorded.discard(h.container_id)
             self.counters[f"released_{reason}"] += 1
         log.warning("container %s released GPUs %s: %s%s", h.container_id, list(h.gpus), why,
                     f" ({len(killed)} process(es) killed)" if killed else "")
@@ -413,7 +542,12 @@ class AgentService:
         (its executor died between `docker run` and isolate, or the answer was lost)."""
         with self.lock:
             if self.holdings.get(h.container_id) is h:
-                self._put(replace(h, state="isolated", docker_id=docker_id))
+                try:
+                    self._put(replace(h, state="isolated", docker_id=docker_id))
+                except LedgerUnwritable as e:   # the next reconciliation pass tries again
+                    log.warning("container %s: cannot record it as isolated yet: %s",
+                                h.container_id, e)
+                    return
                 log.info("container %s: its Docker container %s runs: recorded as isolated",
                          h.container_id, docker_id[:12])
 
