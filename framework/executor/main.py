@@ -372,7 +372,8 @@ class TaskRun:
                                                     self.task_id,
                                                     os.environ.get("MESOS_FRAMEWORK_ID", ""),
                                                     os.environ.get("MESOS_EXECUTOR_ID", ""),
-                                                    spec.app_id))
+                                                    spec.app_id),
+                                                mig_profile=spec.mig_profile)
         except AgentError as e:
             retry = e.status in (409, 503)
             raise TaskFailure(f"the agent daemon could not give {spec.gpus} GPU(s): {e}",

@@ -91,6 +91,7 @@ def task_spec(app: dict, task_id: str, default_user: Optional[str] = None) -> Ta
         mem=app["mem"],
         disk=app["disk"],
         gpus=app["gpus"],
+        mig_profile=app.get("migProfile") or "",
         constraints=tuple(tuple(c) for c in app["constraints"]),
         labels=dict(app["labels"], **{VERSION_LABEL: app["version"]}),
         ports=port_requests(app),
