@@ -102,3 +102,24 @@ def test_unreadable_caps_means_not_handed_out(tmp_path, daemon_factory, dev_dir)
     profiles = sorted(v["profile"] for v in agent.client.info()["mig_devices"].values())
     assert profiles == ["1g.18gb"] * 3
     assert "gi2/ci0/access" in agent.log() and "never handed out" in agent.log()
+
+
+def test_metrics_give_each_mig_device_a_row_with_its_instance_and_profile(
+        tmp_path, daemon_factory, dev_dir):
+    """DCGM exporter's labels GPU_I_ID and GPU_I_PROFILE, one row per MIG device (and
+    the holder's container on the one a task holds); a whole GPU has none."""
+    from tests.bed.prometheus import families as parse
+    agent, layout = mig_daemon(tmp_path, daemon_factory, dev_dir, "v1")
+    grant = agent.client.prepare("task-m", 1, mig_profile="3g.71gb")
+    families = parse(agent.client.metrics())
+    rows = [s.labels for s in families["mesos_gpu_gpu_health"].samples
+            if s.labels["state"] == "healthy"]
+    mig_rows = [r for r in rows if "GPU_I_ID" in r]
+    assert sorted((r["GPU_I_PROFILE"], int(r["GPU_I_ID"])) for r in mig_rows) == \
+        [("1g.18gb", 9), ("1g.18gb", 10), ("1g.18gb", 11), ("3g.71gb", 2)]
+    assert {r["UUID"] for r in mig_rows} == {d.uuid for d in layout.mig[0].devices}
+    (held,) = [r for r in mig_rows if r["container_id"] == "task-m"]
+    assert held["UUID"] == grant.gpus[0].uuid and held["GPU_I_PROFILE"] == "3g.71gb"
+    (whole,) = [r for r in rows if "GPU_I_ID" not in r]
+    assert whole["minor"] == "1"
+    agent.client.cleanup("task-m")
