@@ -25,6 +25,7 @@ from common.paths import MAX_SOCKET_PATH, first_missing
 from isolator.cgroups import cgroup_host
 from isolator.discovery import devices, nvml
 from isolator.daemon import flags, side_services
+from isolator.daemon.mig_watch import MigWatch
 from isolator.health import gpu_health
 from isolator.metrics import metrics
 from isolator.discovery import topology as topology_mod
@@ -228,6 +229,8 @@ def run(args) -> int:
         keeper.start()
         reconciler = Reconciler(service, args.reconcile_interval)
         threads += reconciler.start(stop)
+        threads += MigWatch(service, args.nvml_library, flags.nvidia_caps(args),
+                            args.driver_check_interval).start(stop)
         log.info("reconciling holdings every %g s (and at once when an owner ends)",
                  args.reconcile_interval)
         if metrics_server is not None:

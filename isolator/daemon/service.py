@@ -82,6 +82,7 @@ class AgentService:
         self._granted = {g.key: GrantedGpu.of(g) for g in managed}
         self._control_read: Tuple[float, List[devices.DeviceNode]] = (0.0, [])
         self.counters: Counter = Counter()        # releases by reason, drift repairs, ...
+        self.withdrawn: Dict[int, str] = {}       # key -> why: MIG devices gone from NVML
         self._owner_listeners: List[Callable[[Owner], None]] = []
         self.health = health                      # None: every GPU counts as healthy
         self.kill_on_fault = kill_on_fault
@@ -187,10 +188,27 @@ class AgentService:
         self._compact_if_large()
 
     def _unhealthy(self) -> Dict[int, str]:
-        """key -> why, for each device whose GPU is not healthy (a fault of a GPU in MIG
-        mode is a fault of every MIG device on it)."""
+        """key -> why, for each device not to be given: its GPU is not healthy (a fault
+        of a GPU in MIG mode is a fault of every MIG device on it), or it is a MIG
+        device gone from NVML (daemon/mig_watch.py)."""
         sick = self.health.not_healthy() if self.health is not None else {}
-        return {k: sick[g.minor] for k, g in self.gpus.items() if g.minor in sick}
+        out = {k: sick[g.minor] for k, g in self.gpus.items() if g.minor in sick}
+        out.update(self.withdrawn)
+        return out
+
+    def withdraw(self, why: Dict[int, str]) -> List[int]:
+        """Never give these devices again (a holder keeps what it has); returns the
+        keys withdrawn now (not before)."""
+        with self.lock:
+            new = [k for k in why if k in self.gpus and k not in self.withdrawn]
+            for k in new:
+                self.withdrawn[k] = why[k]
+            return new
+
+    def holders(self) -> Dict[int, str]:
+        """key -> the container holding it."""
+        with self.lock:
+            return {k: h.container_id for h in self.holdings.values() for k in h.gpus}
 
     def _compact_if_large(self) -> None:
         if self.ledger.needs_compaction():
@@ -633,6 +651,7 @@ class AgentService:
         with self.lock:
             return {"inventory": self.inventory.to_json(),
                     "managed": sorted(self.gpus),
+                    "withdrawn": {str(k): why for k, why in sorted(self.withdrawn.items())},
                     "mig_devices": {str(k): {"uuid": g.uuid, "parent_uuid": g.parent_uuid,
                                              "profile": g.profile}
                                     for k, g in self.gpus.items() if k != g.minor},

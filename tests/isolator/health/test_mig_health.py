@@ -64,3 +64,49 @@ def _given(c) -> bool:
         return False
     c.cleanup("probe-heal")
     return True
+
+
+def test_a_mig_device_destroyed_under_the_daemon_is_withdrawn_never_reshaped(
+        tmp_path, daemon_factory, dev_dir, probers):
+    """The operator destroys two 1g.18gb instances while the daemon runs, one of them
+    held by a task: the held one stays the task's (its process keeps running), neither
+    is given again, the log says which and who holds it; the other devices go on."""
+    layout = fake_nvml.h200mig()
+    proc_devices, caps = layout.write_proc(tmp_path / "proc")
+    device_nodes.make_caps_nodes(dev_dir, [fake_nvml.CAPS_CONFIG, fake_nvml.CAPS_MONITOR,
+                                           *sorted(layout.caps_minors().values())],
+                                 fake_nvml.CAPS_MAJOR)
+    control = tmp_path / "nvml.control"
+    agent = daemon_factory(layout, control=control,
+                           extra=[*FAST, "--driver_check_interval", "0.2",
+                                  "--proc_devices", str(proc_devices),
+                                  "--nvidia_capabilities", str(caps)])
+    c = agent.client
+    held = c.prepare("held", 1, mig_profile="1g.18gb")
+    task = new_prober(probers)
+    c.isolate("held", pid=task.pid)
+    mine = held.gpus[0]
+    devices = {d.uuid: d for d in layout.mig[0].devices}
+    other = next(d for u, d in devices.items() if u != mine.uuid and d.profile_id == 19)
+    control_of = Control(control)
+    for d in (devices[mine.uuid], other):
+        control_of.line(f"nomigdev 0 {d.gi} {d.ci}")
+    wait_until(lambda: len(c.info()["withdrawn"]) == 2, 5, "both withdrawn")
+    assert task.alive() and "held" in c.info()["containers"]
+    log = agent.log()
+    assert f"MIG device {mine.uuid} (1g.18gb, GPU 0 GI {devices[mine.uuid].gi} CI " \
+           f"{devices[mine.uuid].ci}) is gone from NVML: the MIG layout changed; withdrawn: " \
+           f"never given again; container held still holds it" in log
+    assert f"MIG device {other.uuid}" in log
+    # one 1g.18gb is left (three minus two gone), then none; the 3g.71gb is untouched
+    last = c.prepare("last", 1, mig_profile="1g.18gb").gpus[0].uuid
+    assert last not in (mine.uuid, other.uuid)
+    with pytest.raises(AgentError) as e:
+        c.prepare("none-left", 1, mig_profile="1g.18gb")
+    assert e.value.status == 409
+    assert c.prepare("big", 1, mig_profile="3g.71gb").gpus[0].profile == "3g.71gb"
+    c.cleanup("held")
+    with pytest.raises(AgentError):                 # given back, still never given again
+        c.prepare("after", 1, mig_profile="1g.18gb")
+    for cid in ("last", "big"):
+        c.cleanup(cid)
