@@ -10,7 +10,7 @@ p50/p99 cycle latency and failures for each row, with p99 and throughput as a
 ratio to the 1-client row (target: zero failures, p99 at 16 clients within 3x).
 Never asserts.
 
-    .venv/bin/python bench/agent_api_load.py [--seconds 5]
+    .venv/bin/python bench/agent_api_load.py [--seconds 5] [--clients 1,4,16,64]
 """
 import argparse
 import json
@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from isolator.cgroups import cgroup_host# noqa: E402
+from isolator.cgroups import cgroup_host  # noqa: E402
 from isolator.client import AgentClient  # noqa: E402
 from localcluster import device_nodes, fake_nvml  # noqa: E402
 from localcluster.processes import remove_cgroup_tree  # noqa: E402
@@ -89,7 +89,15 @@ def run_row(sock: str, clients: int, seconds: float) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=5.0, help="per row (default 5)")
+    ap.add_argument("--clients", default="1,4,16,64",
+                    help="client counts, one row each, the first the baseline (default 1,4,16,64)")
     args = ap.parse_args()
+    try:
+        rows = [int(c) for c in args.clients.split(",")]
+    except ValueError:
+        rows = []
+    if not rows or min(rows) < 1:
+        ap.error(f"--clients must be positive integers separated by commas, not {args.clients!r}")
     tmp = Path(tempfile.mkdtemp(prefix="mesos-gpu-bench-"))
     device_nodes.make_device_nodes(tmp / "dev", range(8))
     root = f"mesos-gpu-bench-{os.getpid()}"
@@ -105,10 +113,10 @@ def main() -> None:
         AgentClient(sock, connect_timeout=30).info()
         print(f"agent API load: a real daemon, v1 device cgroups, {args.seconds:g} s per row, "
               f"{os.cpu_count()} CPUs shared by clients and daemon")
-        print(f"{'clients':>8}{'cycles/s':>10}{'x 1 client':>11}{'p50 ms':>9}{'p99 ms':>9}"
-              f"{'p99 x 1 client':>16}{'failed':>8}")
+        print(f"{'clients':>8}{'cycles/s':>10}{'x row 1':>11}{'p50 ms':>9}{'p99 ms':>9}"
+              f"{'p99 x row 1':>16}{'failed':>8}")
         first = None
-        for clients in (1, 4, 16, 64):
+        for clients in rows:
             row = run_row(sock, clients, args.seconds)
             first = first or row
             print(f"{clients:>8}{row['per_s']:>10.0f}{row['per_s'] / first['per_s']:>10.2f}x"

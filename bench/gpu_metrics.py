@@ -39,7 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from isolator.cgroups import cgroup_host# noqa: E402
+from isolator.cgroups import cgroup_host  # noqa: E402
 from isolator.api import TaskLabels  # noqa: E402
 from isolator.client import AgentClient  # noqa: E402
 from localcluster import device_nodes, fake_nvml  # noqa: E402

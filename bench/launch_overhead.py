@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from framework.executor.docker_container import DockerContainer, inspect  # noqa: E402
 from framework.tasks.task_spec import TaskSpec  # noqa: E402
+from isolator.api import DOCKER  # noqa: E402
 from localcluster import fake_nvml  # noqa: E402
 from localcluster.docker_engine import DockerEngine  # noqa: E402
 from localcluster.gpu_node import GpuNode, layout_for_driver_files  # noqa: E402
@@ -40,13 +41,14 @@ def plain_run(client, image: str) -> None:
     container.remove(force=True)
 
 
-def our_run(client, node: GpuNode, image: str, n: int) -> None:
+def our_run(client, docker_host: str, node: GpuNode, image: str, n: int) -> None:
     container_id = f"bench-launch-{n}"
     spec = TaskSpec(id=container_id, container="DOCKER", image=image, cmd=None, args=("true",),
                     gpus=1, cpus=0, mem=0)
     info = inspect(client, image, "bench")
-    grant = node.client.prepare(container_id, 1, "docker")
-    task = DockerContainer(spec, container_id, client, info, grant, {"MESOS_TASK_ID": container_id})
+    grant = node.client.prepare(container_id, 1, DOCKER)
+    task = DockerContainer(spec, container_id, client, info, grant, {"MESOS_TASK_ID": container_id},
+                           docker_host=docker_host)
     try:
         docker_id = task.create()
         node.client.isolate(container_id, docker_id=docker_id)
@@ -74,11 +76,11 @@ def main() -> int:
         layout = layout_for_driver_files(fake_nvml.k80(), "bench-k80")
         with GpuNode(layout, engine.host) as node:
             plain_run(client, image)                 # warm both paths once
-            our_run(client, node, image, -1)
+            our_run(client, engine.host, node, image, -1)
             plain, ours = [], []
             for n in range(args.runs):
                 plain.append(timed(plain_run, client, image))
-                ours.append(timed(our_run, client, node, image, n))
+                ours.append(timed(our_run, client, engine.host, node, image, n))
     p_med, o_med = statistics.median(plain), statistics.median(ours)
     p_mean, o_mean = statistics.mean(plain), statistics.mean(ours)
     print(f"runs per kind: {args.runs} (interleaved), image {image}")

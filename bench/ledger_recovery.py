@@ -26,8 +26,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from isolator.cgroups import cgroup_host
-from isolator.discovery import devices, nvml, topology# noqa: E402
+from isolator.cgroups import cgroup_host  # noqa: E402
+from isolator.discovery import devices, nvml, topology  # noqa: E402
+from isolator.api import MESOS  # noqa: E402
 from isolator.cgroups.container_cgroups import ContainerCgroups  # noqa: E402
 from isolator.discovery.gpu import Gpu  # noqa: E402
 from isolator.allocation.ledger import Holding, Ledger  # noqa: E402
@@ -51,7 +52,7 @@ def holdings_for(n: int, root: str, versions) -> dict:
     for i in range(n):
         cid = f"c{i:04d}"
         gpus = (i,) if i < GPUS else ()
-        out[cid] = Holding(cid, "cgroup", gpus, tuple(f"GPU-bench-{m:04d}" for m in gpus),
+        out[cid] = Holding(cid, MESOS, gpus, tuple(f"GPU-bench-{m:04d}" for m in gpus),
                            "isolated", time.time(),
                            cgroups={v: os.path.join(MOUNTS[v], root, cid) for v in versions})
     return out
@@ -87,7 +88,7 @@ def main() -> None:
             minors = [i] if i < GPUS else []
             cg_both.create(f"c{i:04d}", devices.container_rules(
                 [Gpu(m, m, "", "", 0, "", "") for m in minors], control), p.pid)
-        print(f"ledger recovery: {n} containers ({GPUS} holding a GPU), each with a v1 and a v2 "
+        print(f"ledger recovery: {n} containers ({min(n, GPUS)} holding a GPU), each with a v1 and a v2 "
               f"cgroup and one process; set-up took {time.perf_counter() - t:.1f} s")
         print(f"{'mode':<6}{'ledger only s':>15}{'recovery s':>12}{'per container us':>18}"
               f"{'10% dead s':>12}{'released':>10}")

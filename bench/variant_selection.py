@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from framework.tasks import taskinfo# noqa: E402
+from framework.tasks import taskinfo  # noqa: E402
 from framework.tasks.constraints import offer_fields  # noqa: E402
 from framework.images.image_index import ImageIndex, Variant  # noqa: E402
 from framework.scheduling.matching import Matcher  # noqa: E402

@@ -39,6 +39,11 @@ SOCKET_ENV = "MESOS_GPU_AGENT_SOCKET"          # how the executor learns the soc
 # The Mesos agent attribute naming the port of the daemon's read-only HTTP endpoint
 # (--metrics_address): how the framework finds GET /v1/health.
 METRICS_PORT_ATTRIBUTE = "gpu_metrics_port"
+# MIG devices in the agent's flags (isolator/daemon/mig_resources.py), read by the
+# framework's matching: `mixed`, one scalar resource per profile, mig-1g.18gb:3; `single`
+# (every GPU in MIG mode, one profile), gpus:N counting MIG devices and this attribute
+MIG_RESOURCE_PREFIX = "mig-"
+MIG_PROFILE_ATTRIBUTE = "gpu_mig_profile"
 
 MESOS = "MESOS"
 DOCKER = "DOCKER"
@@ -95,6 +100,19 @@ def check_fraction(value: object, name: str = "share.fraction") -> float:
         raise BadRequest(f"'{name}' must be a fraction of one GPU, above 0 and below 1, "
                          f"got {value!r}")
     return float(value)
+
+
+_MIG_PROFILE = re.compile(r"^[1-8]g\.[0-9]+gb(\+[a-z]+)?$")
+
+
+def check_mig_profile(value: object, name: str = "mig_profile") -> str:
+    """A MIG profile as NVIDIA names it ("1g.18gb", "3g.71gb", "1g.18gb+me"), or ""."""
+    if value == "":
+        return ""
+    if not isinstance(value, str) or not _MIG_PROFILE.match(value):
+        raise BadRequest(f"'{name}' must be a MIG profile such as 1g.18gb or 3g.71gb, "
+                         f"got {value!r}")
+    return value
 
 
 def check_container_type(value: object) -> str:
@@ -175,6 +193,7 @@ class PrepareRequest:
     container_type: str = MESOS
     task: Optional[TaskLabels] = None
     share: Optional[ShareRequest] = None
+    mig_profile: str = ""        # "1g.18gb": `gpus` MIG devices of that profile; "": whole GPUs
 
     @classmethod
     def from_json(cls, doc: object) -> "PrepareRequest":
@@ -185,14 +204,19 @@ class PrepareRequest:
         if share is not None and gpus:
             raise BadRequest(f"'gpus' is {gpus} and 'share' is given: a container holds "
                              "whole GPUs or one share of a shared GPU, not both")
+        if share is not None and d.get("mig_profile"):
+            raise BadRequest("'mig_profile' and 'share' are both given: a MIG device is "
+                             "not shared")
         return cls(container_id, gpus,
                    check_container_type(d.get("container_type", MESOS)),
                    TaskLabels.from_json(d["task"]) if d.get("task") is not None else None,
-                   share)
+                   share, check_mig_profile(d.get("mig_profile", "")))
 
     def to_json(self) -> Dict[str, Any]:
         out: Dict[str, Any] = {"container_id": self.container_id, "gpus": self.gpus,
                                "container_type": self.container_type}
+        if self.mig_profile:
+            out["mig_profile"] = self.mig_profile
         if self.task is not None:
             out["task"] = self.task.to_json()
         if self.share is not None:
@@ -259,6 +283,39 @@ class GrantedGpu:
     board_id: Optional[int] = None
     major: int = 195
     device_path: str = ""
+    mig_mode: Optional[str] = None
+    # a MIG device (uuid MIG-...): index, minor and device_path are its parent GPU's
+    key: Optional[int] = None
+    parent_uuid: str = ""
+    gpu_instance_id: Optional[int] = None
+    compute_instance_id: Optional[int] = None
+    profile: str = ""
+    profile_id: Optional[int] = None
+    caps_major: Optional[int] = None
+    gi_cap_minor: Optional[int] = None
+    ci_cap_minor: Optional[int] = None
+    caps_error: str = ""
+
+    @classmethod
+    def of(cls, gpu: Any) -> "GrantedGpu":
+        """From a discovery record (isolator.discovery.gpu.Gpu or mig.MigDevice)."""
+        return cls(**gpu.to_json())
+
+    def to_json(self) -> Dict[str, Any]:
+        """The MIG fields only when set: a whole GPU's grant stays what clients from
+        before MIG read (their GrantedGpu takes no other keyword)."""
+        d = asdict(self)
+        return {k: v for k, v in d.items()
+                if k not in _MIG_FIELDS or v not in (None, "")}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> "GrantedGpu":
+        return cls(**{k: v for k, v in doc.items() if k in cls.__dataclass_fields__})
+
+
+_MIG_FIELDS = ("mig_mode", "key", "parent_uuid", "gpu_instance_id", "compute_instance_id",
+               "profile", "profile_id", "caps_major", "gi_cap_minor", "ci_cap_minor",
+               "caps_error")
 
 
 @dataclass(frozen=True)
@@ -306,13 +363,15 @@ class Grant:
         return tuple(g.uuid for g in self.gpus)
 
     def to_json(self) -> Dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        d["gpus"] = [g.to_json() for g in self.gpus]
+        return d
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> "Grant":
         volume = doc.get("volume")
         return cls(container_id=doc["container_id"], container_type=doc["container_type"],
-                   gpus=tuple(GrantedGpu(**g) for g in doc.get("gpus") or ()),
+                   gpus=tuple(GrantedGpu.from_json(g) for g in doc.get("gpus") or ()),
                    devices=tuple(Device(**d) for d in doc.get("devices") or ()),
                    env=dict(doc.get("env") or {}),
                    driver_version=doc.get("driver_version"),

@@ -4,13 +4,14 @@ import json
 import logging
 import os
 import sys
-from typing import Optional
+from typing import List, Optional
 
-from isolator.daemon import cdi_spec, flags, mesos_agent_flags
+from isolator.daemon import cdi_spec, flags, mesos_agent_flags, mig_resources
 from isolator.sharing import plan as share_plan
 from isolator.cgroups import cgroup_host
 from isolator.health import health_report
 from isolator.discovery import nvml, platform_features
+from isolator.discovery.gpu import MIG_ENABLED
 from volumes.cli import non_empty
 from common.errors import UserError
 
@@ -126,7 +127,7 @@ def cmd_agent_flags(args) -> int:
     share_plan.check_flags(args)
     _quiet_unless_verbose(args)
     cpu = platform_features.read_cpu(args.cpuinfo)
-    inv = nvml.discover(args.nvml_library)
+    inv = nvml.discover(args.nvml_library, caps=flags.nvidia_caps(args))
     selection = flags.select_gpus(inv, args.nvidia_gpu_devices, args.resources)
     shares = share_plan.plan_of(args, selection.gpus)
     if not selection.gpus:
@@ -151,7 +152,8 @@ def cmd_agent_flags(args) -> int:
                                                      operator("attributes", args.attributes),
                                                      platform, port, shares)
     if flag_dir is not None:
-        gpus = [f"gpus:{len(selection.gpus) - len(shares.gpus)}",
+        gpus = [*mig_resources.advertise(mesos_agent_flags.unshared(selection.gpus, shares),
+                                         inv).resources(),
                 *mesos_agent_flags.share_resources(shares)]
         ours = mesos_agent_flags.node_attributes(selection.gpus, inv, platform, port, shares)
         for path in flag_dir.write("resources", resources, gpus, []) + \
@@ -186,10 +188,27 @@ def _gib(n: int) -> str:
     return f"{n / 2**30:.1f} GiB"
 
 
+def mig_lines(g, inv) -> List[str]:
+    """What `info` says of a GPU's MIG: its mode, and in MIG mode each MIG device."""
+    if g.mig_mode is None:
+        return []
+    offered = " ".join(p.name for p in inv.mig_profiles.get(g.uuid, ()))
+    if g.mig_mode != MIG_ENABLED:
+        return [f"MIG disabled (profiles offered: {offered or 'none'})"]
+    devices = [m for m in inv.mig_devices if m.parent_uuid == g.uuid]
+    out = [f"MIG enabled: {len(devices)} MIG device(s); never handed out whole"]
+    for m in devices:
+        caps = (f"caps {m.caps_major}:{m.gi_cap_minor},{m.ci_cap_minor}" if m.isolatable
+                else f"NOT USABLE: {m.caps_error}")
+        out.append(f"  {m.profile:<10} gi {m.gpu_instance_id} ci {m.compute_instance_id}  "
+                   f"{_gib(m.memory_total)}  {m.uuid}  {caps}")
+    return out
+
+
 def cmd_info(args) -> int:
     _quiet_unless_verbose(args)
     cpu = platform_features.read_cpu(args.cpuinfo)
-    inv = nvml.discover(args.nvml_library)
+    inv = nvml.discover(args.nvml_library, caps=flags.nvidia_caps(args))
     platform = platform_features.for_gpus(inv.driver_version, inv.cuda_driver_version,
                                           inv.gpus, cpu)
     cg = cgroup_host.detect()
@@ -217,6 +236,8 @@ def cmd_info(args) -> int:
             print(f"  [{g.index}] minor {g.minor}  {g.name}  {_gib(g.memory_total)}  "
                   f"cc {g.compute_capability}  {g.pci_bus_id}  {g.uuid}  "
                   f"{health_report.describe(health['gpus'][g.index])}")
+            for line in mig_lines(g, inv):
+                print(f"      {line}")
         for index in unread:
             print(f"  [{index}] UNHEALTHY: NVML cannot read it (fallen off the bus?)")
     where = ", ".join(f"{k} at {v}" for k, v in

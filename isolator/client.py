@@ -138,9 +138,10 @@ class AgentClient:
 
     def prepare(self, container_id: str, gpus: int, container_type: str = MESOS,
                 task: Optional[TaskLabels] = None,
-                share: Optional[ShareRequest] = None) -> Grant:
-        """`gpus` whole GPUs, or (gpus 0) a `share` of a shared GPU."""
-        request = PrepareRequest(container_id, gpus, container_type, task, share)
+                share: Optional[ShareRequest] = None, mig_profile: str = "") -> Grant:
+        """`gpus` whole GPUs (MIG devices of `mig_profile` when one is named), or
+        (gpus 0) a `share` of a shared GPU."""
+        request = PrepareRequest(container_id, gpus, container_type, task, share, mig_profile)
         return Grant.from_json(self._request("POST", "/v1/prepare", request.to_json()))
 
     def isolate(self, container_id: str, pid: Optional[int] = None,

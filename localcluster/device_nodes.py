@@ -39,3 +39,16 @@ def make_device_nodes(directory: Path, minors: Iterable[int], uvm_major: int = U
         _mknod(directory / name, major, minor)
         out[name] = directory / name
     return out
+
+
+def make_caps_nodes(directory: Path, minors: Iterable[int], major: int) -> Dict[str, Path]:
+    """/dev/nvidia-caps/nvidia-cap<N> as the driver makes them for MIG (`major` is the
+    nvidia-caps line of the bed's /proc/devices): no driver answers behind them
+    either, so ENXIO and EPERM tell the device cgroup's decision as for GPU nodes."""
+    caps = Path(directory) / "nvidia-caps"
+    caps.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for minor in minors:
+        _mknod(caps / f"nvidia-cap{minor}", major, minor)
+        out[f"nvidia-cap{minor}"] = caps / f"nvidia-cap{minor}"
+    return out

@@ -106,7 +106,7 @@ class GpuNode:
                 *self._metrics_flag(), *self.share_args, *self.daemon_args]
         if self.simulated:
             device_nodes.make_device_nodes(self.dev_dir, self.minors)
-            args += ["--dev_dir", str(self.dev_dir), "--device_cgroup", "v1"]
+            args += ["--dev_dir", str(self.dev_dir), "--device_cgroup", "v1", *self._mig_flags()]
         if self.volume:
             root = self.driver_root or (driver_files.build() if self.simulated else "/")
             args += ["--driver_root", str(root), "--volume_root", str(self.dir / "volumes")]
@@ -145,6 +145,21 @@ class GpuNode:
                 lines.append(re.sub(r"^\S+ \S+ ", "", line))
         return lines
 
+    def _mig_flags(self) -> list[str]:
+        """A layout with MIG devices: the bed's /proc/devices and capability files in
+        this node's directory, and the /dev/nvidia-caps nodes they name."""
+        if not self.simulated or not self.layout.caps_minors():
+            return []
+        proc = self.dir / "proc"
+        if not proc.exists():
+            proc_devices, capabilities = self.layout.write_proc(proc)
+            minors = sorted(self.layout.caps_minors().values())
+            device_nodes.make_caps_nodes(self.dev_dir, [fake_nvml.CAPS_CONFIG,
+                                                        fake_nvml.CAPS_MONITOR, *minors],
+                                         fake_nvml.CAPS_MAJOR)
+        return ["--proc_devices", str(proc / "devices"),
+                "--nvidia_capabilities", str(proc / "capabilities")]
+
     def _metrics_flag(self) -> list[str]:
         return ["--metrics_address", self.metrics_address] if self.metrics_address else []
 
@@ -155,7 +170,7 @@ class GpuNode:
     def flags(self, cpus: float = 4, mem: int = 4096) -> tuple[str, str]:
         """(MESOS_RESOURCES, MESOS_ATTRIBUTES) from `mesos-gpu agent flags`."""
         out = subprocess.run(MESOS_GPU + ["agent", "flags", *self._metrics_flag(),
-                                          *self.share_args],
+                                          *self.share_args, *self._mig_flags()],
                              env=self.env(), check=True, capture_output=True, text=True).stdout
         resources = re.search(r"--resources=(\S+)", out).group(1)
         attributes = re.search(r"--attributes=(\S+)", out).group(1)

@@ -39,21 +39,17 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
 
 from pymesos import Executor, MesosExecutorDriver, decode_data, encode_data
 from pymesos.utils import parse_duration
 
 import framework.scheduling.mesos_driver  # noqa: F401  (no interrupt_main from pymesos' IO thread)
 from framework.tasks import taskinfo
-from framework.executor.docker_container import (DockerContainer, check_cuda, docker_client,
-                                                  inspect, pull)
 from framework.executor.health import HealthChecker, HealthStatus
-from framework.executor.image_compat import image_compat_library
 from framework.executor.host_ports import check_free
 from framework.executor.launch_errors import TaskFailure
 from framework.executor.task_process import log_compat
-from framework.executor import variant_check
 from framework.tasks.health_check import COMMAND, HealthCheckError
 from framework.executor.usage_reporter import UsageReporter
 from framework.tasks.task_spec import DOCKER, TaskSpec
@@ -71,7 +67,12 @@ KILL_GRACE_SECONDS = 3.0
 ACK_WAIT_SECONDS = 10.0
 # Kill grace on SHUTDOWN when the agent does not say its own grace period.
 SHUTDOWN_KILL_GRACE_SECONDS = 2.0
-ContainerRun = Union[DockerContainer, MesosHostContainer, MesosImageContainer]
+# The Docker SDK (docker, requests, urllib3: about 18 MiB and most of the start-up's
+# imports) is loaded only by the tasks that use the Docker engine, not by every
+# executor: one runs per task, a MESOS task without an image never needs it.
+if TYPE_CHECKING:
+    from framework.executor.docker_container import DockerContainer
+ContainerRun = Union["DockerContainer", MesosHostContainer, MesosImageContainer]
 
 
 def agent_api_path(env: Mapping[str, str] = os.environ) -> str:
@@ -312,6 +313,8 @@ class TaskRun:
         agent = self.executor.agent_name
         client = image = compat = None
         if spec.container == DOCKER or spec.image:
+            from framework.executor import variant_check
+            from framework.executor.docker_container import docker_client, inspect, pull
             client = docker_client(self.executor.docker_host, agent)
             variant_check.verify(spec, client, self.executor.agent, agent)  # pulls it too
             if spec.force_pull and not spec.variant:
@@ -331,6 +334,7 @@ class TaskRun:
         extra = {"MESOS_TASK_ID": self.task_id}
         with self._lock:
             if spec.container == DOCKER:
+                from framework.executor.docker_container import DockerContainer
                 self.container = DockerContainer(spec, self.container_id, client, image, grant,
                                                  extra, self.executor.sandbox,
                                                  self.executor.docker_host, compat=compat)
@@ -355,6 +359,8 @@ class TaskRun:
             raise TaskFailure(f"image {spec.image} needs the driver's version checked and the "
                               f"agent daemon cannot say it: {e}", retry=True) from None
         driver_version = inventory.get("driver_version")
+        from framework.executor.docker_container import check_cuda
+        from framework.executor.image_compat import image_compat_library
         decision = cuda_compat.decide(image_compat_library(client, image.id or spec.image),
                                       driver_version)
         log_compat(f"image {spec.image}", decision)
@@ -376,7 +382,8 @@ class TaskRun:
                                                     os.environ.get("MESOS_FRAMEWORK_ID", ""),
                                                     os.environ.get("MESOS_EXECUTOR_ID", ""),
                                                     spec.app_id),
-                                                share=share)
+                                                share=share,
+                                                mig_profile=spec.mig_profile)
         except AgentError as e:
             retry = e.status in (409, 503)
             raise TaskFailure(f"the agent daemon could not give {spec.gpus} GPU(s): {e}",

@@ -30,10 +30,8 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
-import docker
-import docker.errors
 
 from framework.executor import sandbox as sandbox_files
 from framework.executor.launch_errors import TaskFailure
@@ -42,6 +40,9 @@ from framework.tasks.task_spec import TaskSpec
 from isolator.api import Grant
 from volumes import cuda_compat, environment
 from volumes.image_rules import ImageInfo, needs_volume
+
+if TYPE_CHECKING:       # imported where an image is used: a host task's executor never loads it
+    import docker
 
 log = logging.getLogger(__name__)
 
@@ -214,7 +215,7 @@ class MesosHostContainer:
 class MesosImageContainer:
     """The image's root filesystem run by runc, with only the granted devices."""
 
-    def __init__(self, spec: TaskSpec, container_id: str, client: docker.DockerClient,
+    def __init__(self, spec: TaskSpec, container_id: str, client: "docker.DockerClient",
                  image: ImageInfo, grant: Optional[Grant], extra_env: Mapping[str, str],
                  workdir: str, runc: str = "runc",
                  compat: Optional[cuda_compat.Decision] = None) -> None:
@@ -289,6 +290,7 @@ class MesosImageContainer:
         return self.env
 
     def _image_config(self) -> dict:
+        import docker.errors
         try:
             return self.client.api.inspect_image(self.image.id or self.spec.image)["Config"] or {}
         except docker.errors.DockerException as e:
@@ -297,6 +299,7 @@ class MesosImageContainer:
 
     def _export_rootfs(self) -> None:
         """`docker create` + `docker export`, unpacked with tar (ownership kept)."""
+        import docker.errors
         rootfs = self.bundle / "rootfs"
         rootfs.mkdir()
         try:

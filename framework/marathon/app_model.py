@@ -21,6 +21,8 @@ from framework.marathon import health_checks, ids, readiness_checks
 from framework.marathon.json_reader import Reader, child
 from framework.marathon.security import DockerPolicy, refusal
 from framework.marathon.validation import Violations
+from common.errors import UserError
+from isolator.api import check_mig_profile
 
 DOCKER, MESOS = "DOCKER", "MESOS"
 DEFAULTS = {
@@ -158,6 +160,7 @@ def _read_resources(r: Reader, body: dict, app: dict) -> None:
     app["mem"] = r.optional(body, "mem", "/", lambda x, p: r.number(x, p, 0.0), DEFAULTS["mem"])
     app["disk"] = r.optional(body, "disk", "/", lambda x, p: r.number(x, p, 0.0), DEFAULTS["disk"])
     app["gpus"] = r.optional(body, "gpus", "/", lambda x, p: _gpus(r, x, p), DEFAULTS["gpus"])
+    _read_mig_profile(r, body, app)
 
 
 def _gpus(r: Reader, value: Any, path: str) -> Any:
@@ -174,6 +177,23 @@ def _gpus(r: Reader, value: Any, path: str) -> Any:
                        "GPU (a fraction below 1, e.g. 0.25): a share never spans GPUs")
         return None
     return r.integer(value, path, 0)
+
+
+def _read_mig_profile(r: Reader, body: dict, app: dict) -> None:
+    """`migProfile` (ours, beside `gpus`): the app's GPUs are MIG devices of this
+    profile (1g.18gb, 3g.71gb...), each a GPU instance of its own."""
+    profile = r.optional(body, "migProfile", "/", lambda x, p: r.string(x, p, 1))
+    if profile is None:
+        return
+    try:
+        app["migProfile"] = check_mig_profile(profile, "migProfile")
+    except UserError as e:
+        r.v.rule("/migProfile", str(e))
+        return
+    gpus = app.get("gpus")
+    if not gpus or not float(gpus).is_integer():
+        r.v.rule("/migProfile", "asks for MIG devices: gpus must be 1 or more (a MIG "
+                                "device is not shared)")
 
 
 def _read_scheduling(r: Reader, body: dict, app: dict) -> None:
@@ -546,7 +566,7 @@ def merge_update(existing: dict, update: Any) -> Any:
 
 
 # -- JSON out ---------------------------------------------------------------------
-_ORDER = ("id", "cmd", "args", "user", "env", "instances", "cpus", "mem", "disk", "gpus",
+_ORDER = ("id", "cmd", "args", "user", "env", "instances", "cpus", "mem", "disk", "gpus", "migProfile",
           "executor", "constraints", "dependencies", "container", "backoffSeconds",
           "backoffFactor", "maxLaunchDelaySeconds", "upgradeStrategy", "labels",
           "acceptedResourceRoles", "requirePorts", "portDefinitions", "networks",

@@ -5,10 +5,10 @@ reported as e.g. `{"path": "/cpus", "errors": ["error.expected.jsnumber"]}`.
 Each reader returns the value (or None when it recorded an error) so a whole
 body is read in one pass and every problem is reported at once.
 """
-import json
 import math
 from typing import Any, Callable, Dict, List, Optional
 
+from common import json_depth
 from framework.marathon.validation import Violations, malformed_json
 
 INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
@@ -17,14 +17,15 @@ MISSING = object()
 
 def parse_body(data: bytes) -> Any:
     """The request body as JSON; 400 Invalid JSON when it is not (NaN and
-    Infinity are not JSON, whatever Python's parser allows)."""
+    Infinity are not JSON, whatever Python's parser allows), or when it nests
+    deeper than common/json_depth.py allows."""
     def refuse_constant(name: str) -> Any:
         raise ValueError(f"{name} is not a JSON number")
     try:
-        return json.loads(data.decode("utf-8"), parse_constant=refuse_constant)
+        return json_depth.loads(data.decode("utf-8"), parse_constant=refuse_constant)
     except UnicodeDecodeError:
         raise malformed_json("body is not UTF-8") from None
-    except (ValueError, RecursionError) as e:
+    except ValueError as e:
         raise malformed_json(str(e) or "not JSON") from None
 
 

@@ -34,8 +34,10 @@ KILL_RETRY_SECONDS = 15.0
 
 class Reconciler:
     def __init__(self, registry: Registry, scheduler: Any,
-                 leading: Callable[[], bool] = lambda: True) -> None:
+                 leading: Callable[[], bool] = lambda: True,
+                 default_user: Optional[str] = None) -> None:
         self.registry = registry
+        self.default_user = default_user    # --mesos_user: tasks without an image
         self.scheduler = scheduler
         self.leading = leading          # only the leading instance launches and kills
         self._updates: "queue.Queue[TaskRecord]" = queue.Queue()
@@ -276,7 +278,7 @@ class Reconciler:
         r = self.registry
         task_id = task_builder.new_task_id(app["id"])
         try:
-            spec = task_builder.task_spec(app, task_id)
+            spec = task_builder.task_spec(app, task_id, self.default_user)
         except UserError as e:
             log.error("app %s cannot be launched: %s", app["id"], e)
             r.last_failure[app["id"]] = {

@@ -14,6 +14,7 @@ goes (framework.marathon.high_availability).
 import argparse
 import logging
 import os
+import pwd
 import shutil
 import signal
 import socket
@@ -23,6 +24,7 @@ from typing import Any, Callable, Optional
 
 from framework.health import gpu_health
 from framework.marathon import scheduler_metrics
+from framework.tasks.container_options import check_user
 from framework.ha.leadership import SingleInstance
 from framework.marathon import high_availability
 from framework.marathon.event_relay import EventRelay
@@ -100,7 +102,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "larger: 413)")
     p.add_argument("--agent_socket", default=DEFAULT_AGENT_SOCKET, metavar="PATH", type=non_empty,
                    help="the agent daemon's socket on each agent, passed to executors "
-                        f"(default {DEFAULT_AGENT_SOCKET})")
+                        f"(default {DEFAULT_AGENT_SOCKET}); 'none': not passed, each agent's "
+                        "--executor_environment_variables names it (several nodes on one host)")
     p.add_argument("--docker_host", metavar="URL",
                    help="the Docker engine executors use on each agent, passed to them as "
                         "DOCKER_HOST (default: the agent's default engine)")
@@ -126,6 +129,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--registry_config", metavar="FILE", type=non_empty,
                    help="a Docker client config.json with the registries' credentials "
                         "('auths'); default ~/.docker/config.json when it exists")
+    p.add_argument("--mesos_user", type=mesos_user, metavar="USER",
+                   help="the user a task without an image runs as when its app names none "
+                        "(Marathon's --mesos_user; an app's 'user' wins): a user name (it "
+                        "must exist on every agent, else the task fails naming it) or "
+                        "uid[:gid]. Default: none given, such tasks run as the executor, root, "
+                        "as Mesos runs them. Tasks with an image run as their app's user or "
+                        "their image's")
     p.add_argument("--gpu_scheduling_behavior", type=gpu_scheduling_behavior,
                    default="restricted", metavar="{restricted,unrestricted}",
                    help="restricted (default): tasks without GPUs stay off GPU agents; "
@@ -143,6 +153,14 @@ def failover_timeout(value: str) -> float:
     if not 0 <= seconds <= MAX_FAILOVER_TIMEOUT:       # also refuses nan
         raise argparse.ArgumentTypeError(f"{value} must be 0..{MAX_FAILOVER_TIMEOUT} seconds")
     return seconds
+
+
+def mesos_user(value: str) -> str:
+    """--mesos_user: a user name or uid[:gid], as an app's `user`."""
+    try:
+        return check_user(value)
+    except UserError as e:
+        raise argparse.ArgumentTypeError(str(e).replace("user: ", "", 1)) from None
 
 
 def gpu_scheduling_behavior(value: str) -> str:
@@ -277,7 +295,8 @@ class FrameworkService:
         self.health = HealthMonitor(self.registry, on_result=lambda healthy: (
             scheduler_metrics.count_health_check(self.metrics, healthy)))
         self.readiness = ReadinessMonitor(self.registry)
-        self.reconciler = Reconciler(self.registry, self.scheduler, self.leadership.is_leader)
+        self.reconciler = Reconciler(self.registry, self.scheduler, self.leadership.is_leader,
+                                     default_user=self.args.mesos_user)
         self.api = MarathonApi(ApiContext.build(self.registry, self.policy, self.info,
                                                 self.leadership, self.metrics))
         self.api.context.gpu_health = getattr(self.scheduler, "gpu_health", None)
@@ -429,7 +448,8 @@ class FrameworkService:
                 "master": self.args.master, "framework_name": self.args.framework_name,
                 "hostname": host, "features": ["gpu_resources", "fractional_gpus"],
                 "mesos_role": "*",
-                "mesos_user": "root", "failover_timeout": int(self.args.failover_timeout),
+                "mesos_user": self.args.mesos_user or pwd.getpwuid(os.getuid()).pw_name,
+                "failover_timeout": int(self.args.failover_timeout),
                 "executor": "//cmd", "local_port_min": 10000, "local_port_max": 20000,
                 "checkpoint": True, "ha": self.zk is not None, "webui_url": None,
             },
@@ -476,7 +496,8 @@ def default_scheduler_factory(args: argparse.Namespace, store: StateStore) -> An
         master=args.master, name=args.framework_name,
         gpu_scheduling=args.gpu_scheduling_behavior, failover_timeout=args.failover_timeout,
         refuse_seconds=args.refuse_seconds,
-        executor=taskinfo.ExecutorSettings(agent_socket=args.agent_socket,
+        executor=taskinfo.ExecutorSettings(agent_socket=None if args.agent_socket == "none"
+                                           else args.agent_socket,
                                            docker_host=args.docker_host,
                                            extra_env=gpu_health.executor_env(args)),
         gpu_health_interval=gpu_health.interval(args),

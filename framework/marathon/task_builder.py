@@ -11,7 +11,7 @@ MESOS_TASK_ID), so programs written for Marathon find it.
 """
 import re
 import uuid
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 from framework.tasks.fetch_uri import FetchUri
 from framework.marathon import health_checks, ids
@@ -70,8 +70,11 @@ def network_of(app: dict) -> str:
     return BRIDGE if "container/bridge" in modes else HOST
 
 
-def task_spec(app: dict, task_id: str) -> TaskSpec:
-    """The TaskSpec for one instance of `app` (canonical form, with its version)."""
+def task_spec(app: dict, task_id: str, default_user: Optional[str] = None) -> TaskSpec:
+    """The TaskSpec for one instance of `app` (canonical form, with its version).
+    `default_user` (--mesos_user) runs a task without an image whose app names no
+    user: such a task is on the host's own file system, where root reads all; a
+    task with an image keeps its image's user (the image is its file system)."""
     container = app.get("container") or {}
     docker = container.get("docker") or {}
     kind = container.get("type", MESOS) if container else MESOS
@@ -88,6 +91,7 @@ def task_spec(app: dict, task_id: str) -> TaskSpec:
         mem=app["mem"],
         disk=app["disk"],
         gpus=app["gpus"],
+        mig_profile=app.get("migProfile") or "",
         constraints=tuple(tuple(c) for c in app["constraints"]),
         labels=dict(app["labels"], **{VERSION_LABEL: app["version"]}),
         ports=port_requests(app),
@@ -100,7 +104,7 @@ def task_spec(app: dict, task_id: str) -> TaskSpec:
                              mode=v["mode"]) for v in container.get("volumes") or ()),
         docker_parameters=tuple((p["key"], p["value"]) for p in docker.get("parameters") or ()),
         privileged=bool(docker.get("privileged")) and kind == DOCKER,
-        user=app.get("user"),
+        user=app.get("user") or (None if docker.get("image") else default_user),
         force_pull=bool(docker.get("forcePullImage")),
         kill_grace=float(grace) if grace is not None else None,
     )

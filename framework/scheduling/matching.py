@@ -48,6 +48,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence
 
+from isolator.api import MIG_PROFILE_ATTRIBUTE, MIG_RESOURCE_PREFIX
+
 from framework.tasks.constraints import Constraint, PlacedValues, meets, offer_fields
 from framework.tasks.ports import PortRanges, wanted
 from framework.tasks.task_spec import TaskSpec, TaskSpecError
@@ -93,6 +95,7 @@ class OfferSlot:
     fields: dict[str, str]
     order: int
     tasks: list[TaskSpec] = field(default_factory=list)
+    mig: dict[str, int] = field(default_factory=dict)   # MIG profile -> devices (mixed node)
     ports: PortRanges = field(default_factory=PortRanges)
     host_ports: dict[str, tuple] = field(default_factory=dict)   # task id -> its host ports
     shares: dict[int, int] = field(default_factory=dict)   # shared GPU index -> free slots
@@ -132,7 +135,28 @@ class OfferSlot:
                    gpus=max(0, int(amounts.get("gpus", 0.0)) - unusable_gpus),
                    fields=offer_fields(offer), order=order, ports=PortRanges.from_offer(offer),
                    shares={i: n for i, n in shares_of(amounts).items()
-                           if i not in unusable_shared})
+                           if i not in unusable_shared},
+                   mig={name[len(MIG_RESOURCE_PREFIX):]: int(value)
+                        for name, value in amounts.items()
+                        if name.startswith(MIG_RESOURCE_PREFIX) and value >= 1})
+
+
+    def mig_pool(self, profile: str) -> Optional[str]:
+        """The resource MIG devices of `profile` come from here: mig-<profile> on a
+        mixed node, gpus on a single node of that profile; None: none here."""
+        if profile in self.mig:
+            return MIG_RESOURCE_PREFIX + profile
+        if self.fields.get(MIG_PROFILE_ATTRIBUTE) == profile:
+            return "gpus"
+        return None
+
+    def gpus_for(self, profile: str) -> int:
+        """How many devices a task of this MIG profile ("": whole GPUs) may still get."""
+        if not profile:
+            # a single node's gpus are MIG devices: only a task naming the profile takes them
+            return 0 if MIG_PROFILE_ATTRIBUTE in self.fields else self.gpus
+        pool = self.mig_pool(profile)
+        return 0 if pool is None else self.mig[profile] if pool != "gpus" else self.gpus
 
 
 def share_reason(fraction: float, offers: Sequence[Mapping[str, Any]]) -> Optional[str]:
@@ -187,6 +211,7 @@ class _Shape:
     ports: int = 0                     # ports of any number
     fixed_ports: tuple[int, ...] = ()  # ports of a given number
     share: float = 0.0                 # a share of one shared GPU
+    mig_profile: str = ""              # gpus are MIG devices of this profile
 
 
 @dataclass
@@ -284,7 +309,7 @@ class _Round:
             any_ports, fixed_ports = wanted(spec.ports) if spec.ports else (0, ())
             shape = _Shape(round(spec.cpus * _MILLI), round(spec.mem * _MILLI),
                            round(spec.disk * _MILLI), spec.whole_gpus, any_ports, fixed_ports,
-                           spec.share)
+                           spec.share, spec.mig_profile)
             behavior = gpu_behavior(spec, self.matcher.gpu_scheduling) if not spec.gpus else ""
             app = spec.app_id if dynamic else ""
             image = spec.image if self.variants is not None \
@@ -299,11 +324,12 @@ class _Round:
     # -- which offers a group may use at all -----------------------------------------
 
     def _eligible(self, group: _Group) -> list[OfferSlot]:
-        key = (group.static, group.shape.gpus > 0, group.shape.share, group.image)
+        key = (group.static, group.shape.gpus > 0, group.shape.share, group.shape.mig_profile,
+               group.image)
         found = self.eligible_cache.get(key)
         if found is None:
             found = [s for s in self.slots
-                     if (s.gpus > 0 or not group.shape.gpus)
+                     if (s.gpus_for(group.shape.mig_profile) > 0 or not group.shape.gpus)
                      and (not group.shape.share or s.slots_for(group.shape.share))
                      and self._static_ok(group.static, s)]
             if group.image is not None:
@@ -344,7 +370,7 @@ class _Round:
         if shape.disk:
             most = min(most, slot.disk // shape.disk)
         if shape.gpus:
-            most = min(most, slot.gpus // shape.gpus)
+            most = min(most, slot.gpus_for(shape.mig_profile) // shape.gpus)
         if shape.share:
             need = slot.slots_for(shape.share)
             most = min(most, sum(free // need for free in slot.shares.values()) if need else 0)
@@ -361,7 +387,11 @@ class _Round:
         slot.cpus -= shape.cpus * count
         slot.mem -= shape.mem * count
         slot.disk -= shape.disk * count
-        slot.gpus -= shape.gpus * count
+        pool = slot.mig_pool(shape.mig_profile) if shape.mig_profile else "gpus"
+        if pool == "gpus":
+            slot.gpus -= shape.gpus * count
+        elif shape.gpus:
+            slot.mig[shape.mig_profile] -= shape.gpus * count
         taken, group.tasks = group.tasks[:count], group.tasks[count:]
         slot.tasks.extend(taken)
         if taken and taken[0].ports:

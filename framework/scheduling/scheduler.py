@@ -55,7 +55,8 @@ from framework.tasks.constraints import offer_fields
 from framework.health.gpu_health import GpuHealthView
 from framework.scheduling.driver_supervisor import DriverSupervisor
 from framework.images.image_resolver import FAILED, READY, ImageResolver
-from framework.scheduling.matching import RESTRICTED, Matcher, gpu_behavior, share_reason
+from framework.scheduling.matching import (RESTRICTED, Matcher, OfferSlot, gpu_behavior,
+                                          share_reason)
 from framework.scheduling.mesos_driver import MISSED_HEARTBEATS, SchedulerDriver, master_address
 from framework.state.state_store import SchedulerStore, StoreError
 from framework.scheduling.task_record import (PENDING, RECORD_KIND, RETRYABLE_STATES, RUNNING,
@@ -495,8 +496,11 @@ class GpuScheduler:
                         launch = launch.on_shared_gpu(*shared[spec.id])
                     self._set_state(record, "TASK_STAGING", f"launching on {record.hostname}" + (
                         f" as {launch.image}" if launch.variant else ""))
+                    pool = OfferSlot.from_offer(offer).mig_pool(spec.mig_profile) \
+                        if spec.mig_profile else "gpus"
                     launches.setdefault(offer_id, []).append(taskinfo.build(
-                        launch, agent_id, framework_id, self.config.executor, record.mesos_task_id))
+                        launch, agent_id, framework_id, self.config.executor, record.mesos_task_id,
+                        gpu_resource=pool or "gpus"))
 
     def _decline(self, offers: list[dict]) -> None:
         if offers:

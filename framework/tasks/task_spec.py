@@ -19,6 +19,8 @@ from framework.tasks.health_check import HealthCheck
 from framework.tasks.ports import PortRequest
 from common.errors import UserError
 from isolator.api import CONTAINER_TYPES, DOCKER, MESOS  # noqa: F401  (one name, API to kernel)
+from isolator.api import check_mig_profile
+from isolator.errors import BadRequest
 
 
 # Mesos refuses ids with '/' or control characters, and "." / ".." (they name
@@ -91,6 +93,9 @@ class TaskSpec:
     @property
     def whole_gpus(self) -> int:
         return 0 if self.share else int(self.gpus)
+    # `gpus` MIG devices of this profile ("1g.18gb"): the agent's mig-<profile> resource,
+    # or `gpus` of a node whose attribute gpu_mig_profile names it; "": whole GPUs
+    mig_profile: str = ""
 
     def __post_init__(self) -> None:
         self._set("id", _check_id(self.id, "id"))
@@ -117,6 +122,7 @@ class TaskSpec:
         for name in ("privileged", "force_pull"):
             if not isinstance(getattr(self, name), bool):
                 raise TaskSpecError(f"{name}: must be true or false, got {getattr(self, name)!r}")
+        self._set("mig_profile", _check_mig_profile(self.mig_profile, self.gpus))
         if self.kill_grace is not None:
             self._set("kill_grace", _check_amount(self.kill_grace, "kill_grace"))
         if self.shared_gpu is not None and (not self.share or isinstance(self.shared_gpu, bool)
@@ -211,7 +217,18 @@ _COMPOUND = ("ports", "fetch", "volumes")
 _PLAIN_DEFAULTS = {"host_ports": [], "network": HOST, "health_check": None,
                    "docker_parameters": [], "privileged": False, "user": None,
                    "force_pull": False, "kill_grace": None, "shared_gpu": None,
-                   "share_slots": 0}
+                   "share_slots": 0, "mig_profile": ""}
+
+
+def _check_mig_profile(value: Any, gpus: int) -> str:
+    try:
+        profile = check_mig_profile(value, "mig_profile")
+    except BadRequest as e:
+        raise TaskSpecError(str(e).replace("'mig_profile'", "mig_profile:")) from None
+    if profile and not gpus:
+        raise TaskSpecError(f"mig_profile: {profile} asks for MIG devices, but gpus is 0 "
+                            "(gpus is how many)")
+    return profile
 
 
 def check_gpus(value: Any, name: str = "gpus") -> float:

@@ -81,11 +81,12 @@ def scalar(name: str, value: float) -> dict[str, Any]:
     return {"name": name, "type": "SCALAR", "scalar": {"value": value}}
 
 
-def task_resources(spec: TaskSpec) -> list[dict[str, Any]]:
+def task_resources(spec: TaskSpec, gpu_resource: str = "gpus") -> list[dict[str, Any]]:
     """cpus, mem, disk and gpus as the task asks (zero amounts left out: Mesos
-    refuses empty scalars)."""
+    refuses empty scalars). `gpu_resource`: the offer's resource the GPUs come
+    from: `gpus`, or `mig-<profile>` for MIG devices of a mixed node."""
     amounts = (("cpus", spec.cpus), ("mem", spec.mem), ("disk", spec.disk),
-               ("gpus", float(spec.whole_gpus)))
+               (gpu_resource, float(spec.whole_gpus)))
     resources = [scalar(name, value) for name, value in amounts if value > 0]
     if spec.share and spec.shared_gpu is not None:     # the slots of the GPU it was placed on
         resources.append(scalar(resource_name(spec.shared_gpu), float(spec.share_slots)))
@@ -144,15 +145,15 @@ def labels(values: Mapping[str, str]) -> dict[str, Any]:
 
 
 def build(spec: TaskSpec, agent_id: str, framework_id: str, settings: ExecutorSettings,
-          task_id: Optional[str] = None) -> dict[str, Any]:
+          task_id: Optional[str] = None, gpu_resource: str = "gpus") -> dict[str, Any]:
     """The TaskInfo for `spec` on `agent_id` (`task_id`: the Mesos task id of
-    this launch attempt, default the spec's id)."""
+    this launch attempt, default the spec's id; `gpu_resource`: see task_resources)."""
     task_id = task_id or spec.id
     info = {
         "name": spec.id,
         "task_id": {"value": task_id},
         "agent_id": {"value": agent_id},
-        "resources": task_resources(spec),
+        "resources": task_resources(spec, gpu_resource),
         "executor": executor_info(spec, task_id, framework_id, settings),
         "container": container_info(spec),
         "data": encode_spec(spec),

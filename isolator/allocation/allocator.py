@@ -1,11 +1,14 @@
-"""Whole GPUs, one per minor number, handed out and taken back.
+"""Whole GPUs (one per minor number) and MIG devices (one per key, see
+isolator/discovery/mig.py), handed out and taken back.
 
 Like Mesos's allocator it holds the managed GPUs as available and allocated
 sets and refuses fractional or negative counts. Unlike Mesos (which takes the
 first N), a request for several GPUs gets the set with the best interconnect
 (see topology.py); among equally good sets it takes the one that cuts the
 fewest good links to the GPUs left free, so a later multi-GPU request still
-finds a good set. Which container holds what is the ledger's business.
+finds a good set. A request names a MIG profile ("1g.18gb") or none: it gets
+MIG devices of that profile, or whole GPUs, never a mix. Which container holds
+what is the ledger's business.
 """
 from itertools import combinations
 from math import comb
@@ -21,7 +24,7 @@ EXHAUSTIVE_LIMIT = 20_000      # candidate sets tried one by one; beyond, grow g
 
 class Allocator:
     def __init__(self, gpus: Sequence[Gpu], topology: Optional[Topology] = None) -> None:
-        self.gpus: Dict[int, Gpu] = {g.minor: g for g in gpus}
+        self.gpus: Dict[int, Gpu] = {g.key: g for g in gpus}
         self.topology = topology or Topology({})
         self.available: Set[int] = set(self.gpus)
 
@@ -29,17 +32,26 @@ class Allocator:
     def allocated(self) -> Set[int]:
         return set(self.gpus) - self.available
 
+    def profile_of(self, key: int) -> str:
+        return getattr(self.gpus[key], "profile", "")
+
     def allocate(self, count: int, held: Iterable[int] = (),
-                 unhealthy: Optional[Mapping[int, str]] = None) -> List[Gpu]:
+                 unhealthy: Optional[Mapping[int, str]] = None, profile: str = "") -> List[Gpu]:
         """`count` more GPUs, chosen to connect well among themselves and
         with those the container already holds; never one of `unhealthy`
-        (minor -> why, see gpu_health.py)."""
+        (key -> why, see gpu_health.py). With `profile`, MIG devices of it."""
         count = check_count(count)
-        sick = {m: why for m, why in (unhealthy or {}).items() if m in self.available}
-        pool = self.available - set(sick)
+        kind = {k for k in self.gpus if self.profile_of(k) == profile}
+        what = f"MIG devices of profile {profile}" if profile else "GPUs"
+        if profile and not kind:
+            have = sorted({self.profile_of(k) for k in self.gpus} - {""})
+            raise Conflict(f"requested {count} {what} but this node has none (its MIG "
+                           f"profiles: {', '.join(have) or 'none'})")
+        sick = {m: why for m, why in (unhealthy or {}).items() if m in self.available & kind}
+        pool = (self.available & kind) - set(sick)
         if count > len(pool):
             why = "; ".join(f"GPU {m}: {r}" for m, r in sorted(sick.items()))
-            raise Conflict(f"requested {count} GPUs but only {len(pool)} of {len(self.gpus)} "
+            raise Conflict(f"requested {count} {what} but only {len(pool)} of {len(kind)} "
                            f"are free" + (f" and healthy (free but unhealthy: {why})"
                                           if sick else ""))
         chosen = self._best(sorted(pool), count, tuple(held), pool)

@@ -25,7 +25,19 @@ never acknowledged, so it is dropped.
 
 The daemon compacts (a new snapshot, an empty journal) at start, at stop and when
 the journal grows past COMPACT_BYTES.
+
+A full or failing disk: a change is acknowledged only once its whole record is in
+the journal. An append that fails (ENOSPC, EIO, a short write: a full disk takes
+what fits) is cut off again (ftruncate to the last whole record, so no torn line
+is left between records) and raises LedgerUnwritable, which names the file and
+the error: the caller changes nothing and answers 503. A compaction that fails
+costs nothing (the journal still has every change since the last snapshot). A
+failed fdatasync (a disk that fails on write-back) is remembered: until a new
+snapshot is written and synced again, every append is fdatasync'ed before it
+counts (refused when that fails), and each one that succeeds makes a snapshot due:
+the snapshot holds again what was written while the disk failed.
 """
+import errno
 import hashlib
 import json
 import logging
@@ -38,7 +50,7 @@ from typing import Dict, Optional, Tuple
 
 from common.errors import UserError
 from isolator.api import CONTAINER_TYPES, DOCKER, MESOS, SHARING_MODES, TaskLabels
-from isolator.errors import BadRequest
+from isolator.errors import BadRequest, Unavailable
 from isolator.allocation.owner import Owner, Placed
 
 log = logging.getLogger("mesos-gpu.agent")
@@ -54,6 +66,10 @@ _V1_TYPES = {"cgroup": MESOS, "docker": DOCKER}
 
 class LedgerCorrupt(UserError):
     """The ledger cannot be trusted; the message says why and where the backup is."""
+
+
+class LedgerUnwritable(Unavailable):
+    """A change could not be recorded (a full or failing disk): it was not made."""
 
 
 def boot_id() -> str:
@@ -177,6 +193,9 @@ class Ledger:
         self._journal_bytes = 0
         self._unsynced = False
         self._sync_lock = threading.Lock()
+        self.sync_error: Optional[str] = None     # the last fdatasync's failure, if any
+        self._torn = False                        # bytes of a failed append are left
+        self._snapshot_due = False                # the disk failed, works again
 
     # --- reading -----------------------------------------------------------------------------
 
@@ -236,6 +255,8 @@ class Ledger:
                 if last and not line.endswith(b"\n"):
                     log.warning("ledger journal %s: the last record was cut short by a crash "
                                 "(never acknowledged): dropped", self.journal_path)
+                    # cut off, so that the next record does not follow the torn one
+                    os.truncate(self.journal_path, sum(len(x) for x in lines[:-1]))
                     break
                 if rebooted:
                     aside = f"{self.journal_path}.unreadable-{int(time.time())}"
@@ -295,25 +316,52 @@ class Ledger:
         self._append({"del": container_id})
 
     def _append(self, change: Dict) -> None:
-        if self._journal_fd is None:
-            self._journal_fd = os.open(self.journal_path,
-                                       os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-            self._journal_bytes = os.fstat(self._journal_fd).st_size
+        line = _journal_line({"seq": self.sequence + 1, **change})
+        try:
+            if self._journal_fd is None:
+                self._journal_fd = os.open(self.journal_path,
+                                           os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+                self._journal_bytes = os.fstat(self._journal_fd).st_size
+            if self._torn:                               # a failed append not yet cut off
+                os.ftruncate(self._journal_fd, self._journal_bytes)
+                self._torn = False
+            written = os.write(self._journal_fd, line)   # O_APPEND: one write, one record
+            if written != len(line):                     # a full disk took what fitted
+                raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} ({written} of "
+                                            f"{len(line)} bytes written)")
+            if self.sync_error is not None:              # written through until it works
+                os.fdatasync(self._journal_fd)
+                self._snapshot_due = True
+        except OSError as e:
+            self._cut_back()
+            raise LedgerUnwritable(
+                f"cannot record the change in the ledger journal {self.journal_path}: "
+                f"{e.strerror or e} (the disk under {os.path.dirname(self.journal_path)} "
+                "is full or failing); nothing was changed") from None
         self.sequence += 1
-        line = _journal_line({"seq": self.sequence, **change})
-        written = os.write(self._journal_fd, line)   # O_APPEND: one write, one record
-        if written != len(line):
-            raise OSError(f"short write to {self.journal_path}")
         self._journal_bytes += written
         self._unsynced = True
         self.writes += 1
+
+    def _cut_back(self) -> None:
+        """Cut off what a failed append left after the last whole record (shrinking a
+        file needs no space; should it fail, the next append tries again first)."""
+        if self._journal_fd is None:
+            return
+        try:
+            os.ftruncate(self._journal_fd, self._journal_bytes)
+            self._torn = False
+        except OSError as e:
+            self._torn = True
+            log.error("ledger journal %s: cannot cut a failed record off yet (%s)",
+                      self.journal_path, e.strerror or e)
 
     @property
     def journal_bytes(self) -> int:
         return self._journal_bytes
 
     def needs_compaction(self) -> bool:
-        return self._journal_bytes > COMPACT_BYTES
+        return self._journal_bytes > COMPACT_BYTES or self._snapshot_due
 
     def sync(self) -> bool:
         """fdatasync the journal if anything was appended since the last sync."""
@@ -321,8 +369,12 @@ class Ledger:
             fd = self._journal_fd
             if fd is None or not self._unsynced:
                 return False
+            try:
+                os.fdatasync(fd)
+            except OSError as e:
+                self.sync_error = e.strerror or str(e)
+                raise
             self._unsynced = False
-            os.fdatasync(fd)
             return True
 
     def compact(self, holdings: Dict[str, Holding]) -> None:
@@ -336,6 +388,12 @@ class Ledger:
                 os.close(fd)
             self._journal_bytes = 0
             self._unsynced = False
+            self._torn = False
+            self._snapshot_due = False
+            if self.sync_error is not None:
+                log.warning("ledger %s: a new snapshot is written and synced: the disk "
+                            "works again", self.path)
+                self.sync_error = None
 
     def write(self, holdings: Dict[str, Holding], bump: bool = True) -> None:
         """Replace the snapshot durably with these holdings."""
@@ -353,6 +411,9 @@ class Ledger:
             while view:
                 view = view[os.write(fd, view):]
             os.fsync(fd)
+        except OSError:
+            os.unlink(tmp)                        # a full disk: give its space back
+            raise
         finally:
             os.close(fd)
         if os.path.exists(self.path):             # the current file becomes the backup

@@ -3,13 +3,21 @@
 For each recorded container:
 - a MESOS container: its cgroup (at the path its id determines, so one created just
   before a crash is found too) must exist and hold a process; otherwise the
-  container is gone and its GPUs go back. A live one keeps the GPUs both the
-  ledger grants and the kernel allows (an update cut short by a crash ends on
-  the smaller side), and its device rules are written again to match exactly;
+  container has ended. A live one keeps the GPUs both the ledger grants and the
+  kernel allows (an update cut short by a crash ends on the smaller side), and its
+  device rules are written again to match exactly;
 - a DOCKER container: the engine is asked which labelled containers are alive; a dead
   one gives its GPUs back; while the engine does not answer, nothing is released;
 - prepared but never isolated: kept (its executor may be about to isolate it)
-  until --prepare_timeout, see AgentService.reap.
+  until --prepare_timeout, see AgentService.reap. A cgroup without a process is an
+  isolate the crash cut short before the move: removed, so that the isolate asked
+  again makes it anew.
+A container that ended keeps its GPUs while its owner lives: the owner still
+holds them until its cleanup (an executor cleans up after its task ended, and the
+crash may fall in between). Only one whose owner is gone is released here; the
+reconciler releases the others when their owner ends, or when no cleanup comes
+within a reconcile interval. So a restart never gives away what a living owner
+holds.
 Cgroups under our root that no record names lose every GPU rule (and are removed
 when empty). So after a crash at any point no GPU is open to two live
 containers, and no GPU stays held by a container that is gone.
@@ -34,6 +42,7 @@ class Report:
     narrowed: List[Tuple[str, Tuple[int, ...], Tuple[int, ...]]] = field(default_factory=list)
     orphans: List[str] = field(default_factory=list)
     unverified: List[str] = field(default_factory=list)
+    awaiting: List[str] = field(default_factory=list)     # ended, owner alive
 
     def summary(self, holdings: Dict[str, Holding]) -> str:
         gpus = sum(len(h.gpus) for h in holdings.values())
@@ -44,6 +53,9 @@ class Report:
             text += f"; {len(self.narrowed)} container(s) narrowed to what the kernel allows"
         if self.orphans:
             text += f"; {len(self.orphans)} unrecorded cgroup(s) stripped of GPUs"
+        if self.awaiting:
+            text += (f"; {len(self.awaiting)} ended container(s) kept until their living "
+                     "owner's cleanup")
         if self.unverified:
             text += f"; {len(self.unverified)} Docker container(s) kept unverified"
         return text
@@ -75,18 +87,28 @@ class Recovery:
         log.info("container %s released GPUs %s: %s", h.container_id, list(h.gpus), why)
         self.report.released.append((h.container_id, why))
 
+    def _owner_lives(self, h: Holding) -> bool:
+        """An ended container whose owner lives is still its owner's: kept, counted."""
+        if h.owner is None or not h.owner.alive():
+            return False
+        self.report.awaiting.append(h.container_id)
+        return True
+
     def _cgroup(self, h: Holding) -> Optional[Holding]:
         paths = {**self.cgroups.paths(h.container_id), **h.cgroups}
         existing = self.cgroups.existing(paths)
-        if not existing:
-            if h.state == "prepared":
-                return h                         # not isolated yet; see reap
-            self._release(h, "its cgroup is gone")
-            return None
-        pids = self.cgroups.procs(existing)
+        pids = self.cgroups.procs(existing) if existing else []
+        if h.state == "prepared" and not pids:
+            if existing:                         # an isolate cut short before the move
+                self.cgroups.remove(existing)
+            return h                             # not isolated yet; see reap
         if not pids:
-            self.cgroups.remove(existing)
-            self._release(h, "no process is left in its cgroup")
+            if self._owner_lives(h):
+                return h
+            if existing:
+                self.cgroups.remove(existing)
+            self._release(h, "no process is left in its cgroup" if existing
+                          else "its cgroup is gone")
             return None
         try:
             allowed = self.cgroups.allowed(existing, self.managed)
@@ -126,6 +148,8 @@ class Recovery:
         if docker_id is None:
             if h.state == "prepared" and not h.docker_id:
                 return h                         # its container may not be started yet
+            if self._owner_lives(h):
+                return h
             self._release(h, "its Docker container is not running")
             return None
         return replace(h, state="isolated", docker_id=docker_id)

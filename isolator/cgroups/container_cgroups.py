@@ -11,6 +11,7 @@ import os
 from typing import Callable, Dict, List, Optional, Sequence, Set
 
 from isolator.cgroups import backends, cgroup_paths
+from isolator import crashpoints
 from isolator.cgroups.cgroup_host import CgroupHost
 from isolator.discovery.devices import Rule
 from isolator.cgroups.backends import BackendGone
@@ -44,6 +45,7 @@ class ContainerCgroups:
             for version, path in paths.items():
                 made.append(path)
                 self._backend(version).create(path, rules)
+            crashpoints.reached("isolate:before_move", container_id)
             for version, path in paths.items():
                 self._backend(version).enter(path, pid)
         except BaseException:
@@ -54,6 +56,14 @@ class ContainerCgroups:
                     pass
             raise
         return paths
+
+    def enter(self, paths: Dict[str, str], pid: int) -> None:
+        """Move process `pid` into each of the cgroups (again: a move there is a no-op)."""
+        for version, path in paths.items():
+            try:
+                self._backend(version).enter(path, pid)
+            except BackendGone:
+                raise CgroupVanished(path) from None
 
     def apply(self, paths: Dict[str, str], rules: Sequence[Rule]) -> None:
         """Make `rules` the container's rules in each of its hierarchies."""

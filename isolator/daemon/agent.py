@@ -25,6 +25,7 @@ from common.paths import MAX_SOCKET_PATH, first_missing
 from isolator.cgroups import cgroup_host
 from isolator.discovery import devices, nvml
 from isolator.daemon import flags, side_services
+from isolator.daemon.mig_watch import MigWatch
 from isolator.health import gpu_health
 from isolator.metrics import metrics
 from isolator.discovery import topology as topology_mod
@@ -33,7 +34,8 @@ from isolator.daemon.metrics_server import MetricsServer
 from isolator.health.xid_catalog import Classifier, parse_overrides
 from isolator.cgroups.container_cgroups import ContainerCgroups
 from isolator.allocation.docker_state import DockerState
-from isolator.discovery.gpu import Inventory
+from isolator.discovery import mig
+from isolator.discovery.gpu import MIG_ENABLED, Inventory
 from isolator.api import SOCKET_NAME
 from isolator.allocation.ledger import Ledger
 from isolator.daemon.reconciler import Reconciler
@@ -111,25 +113,33 @@ def build_service(args) -> AgentService:
     """Everything the daemon needs, discovered (the flags are checked by run())."""
     health_path = os.path.join(args.work_dir, gpu_health.FILE_NAME)
     inventory = nvml.discover(args.nvml_library,
-                              known=gpu_health.known_gpus(health_path).values())
+                              known=gpu_health.known_gpus(health_path).values(),
+                              caps=flags.nvidia_caps(args))
     selection = flags.select_gpus(inventory, args.nvidia_gpu_devices, args.resources)
     host = cgroup_host.detect()
     versions = flags.device_cgroup_versions(args.device_cgroup, host.devices_v1, host.unified)
-    managed = selection.gpus
-    if managed:
-        kinds = ", ".join(sorted({g.name for g in managed}))
+    physical = selection.gpus
+    managed = mig.schedulable(physical, inventory.mig_devices)     # never a MIG GPU whole
+    if physical:
+        kinds = ", ".join(sorted({g.name for g in physical}))
         log.info("%d GPUs found (%s), managing %d: minors %s (%s); driver %s, CUDA %s",
-                 len(inventory.gpus), kinds, len(managed), [g.minor for g in managed],
+                 len(inventory.gpus), kinds, len(physical), [g.minor for g in physical],
                  selection.reason, inventory.driver_version, inventory.cuda_driver_version)
+        for g in physical:
+            if g.mig_mode == MIG_ENABLED:
+                units = [m for m in managed if getattr(m, "parent_uuid", "") == g.uuid]
+                log.info("GPU %d (%s) is in MIG mode: handed out as its %d MIG device(s) %s, "
+                         "never whole", g.index, g.uuid, len(units),
+                         ", ".join(f"{m.profile} gi {m.gpu_instance_id}" for m in units))
     else:
         log.info("0 GPUs managed: %s", selection.reason)
-    topo = topology_mod.from_nvml(managed, nvml.topology(args.nvml_library)) \
-        if len(managed) > 1 else topology_mod.Topology({})
+    topo = topology_mod.from_nvml(physical, nvml.topology(args.nvml_library)) \
+        if len(physical) > 1 else topology_mod.Topology({})
     _log_devices(args.dev_dir, managed)
     log.info("device cgroups: %s under %s (host cgroups %s)", "+".join(versions),
              args.cgroups_root, host.mode)
     docker = None if args.docker_socket in ("", "none") else DockerState(args.docker_socket)
-    shares = share_plan.plan_of(args, managed)
+    shares = share_plan.plan_of(args, [g for g in managed if g.key == g.minor])  # never a MIG GPU
     volume = _volume(args, inventory, managed)
     mps = _mps_controls(args, shares, volume)
     service = AgentService(
@@ -138,7 +148,7 @@ def build_service(args) -> AgentService:
         cgroups=ContainerCgroups(host, versions, args.cgroups_root),
         dev_dir=args.dev_dir, docker=docker, volume=volume,
         nvml_library=args.nvml_library, prepare_timeout=args.prepare_timeout,
-        health=gpu_health.HealthBook(managed, health_path, args.health_quiet_period),
+        health=gpu_health.HealthBook(physical, health_path, args.health_quiet_period),
         kill_on_fault=args.on_gpu_fault == "kill", shares=shares, mps=mps)
     return service
 
@@ -184,10 +194,18 @@ def _quit_unshared(args, service: AgentService) -> None:
 
 def _housekeeping(service: AgentService, stop: threading.Event, sync_every: float) -> None:
     """fdatasync the ledger journal (each change is already written to it)."""
+    ledger = service.ledger
     while not stop.wait(sync_every):
+        failing = ledger.sync_error is not None
         try:
-            service.ledger.sync()
-        except Exception:                        # keep serving; the next round retries
+            ledger.sync()
+        except OSError as e:                     # keep serving; the next round retries
+            if not failing:
+                log.error("ledger journal %s: fdatasync failed (%s): the disk under %s is "
+                          "failing; until it works again every change is fdatasync'ed "
+                          "before it is acknowledged, and refused when that fails",
+                          ledger.journal_path, e.strerror or e, os.path.dirname(ledger.path))
+        except Exception:
             log.exception("ledger sync failed")
 
 
@@ -225,7 +243,7 @@ def run(args) -> int:
             latency = metrics.Histograms()
             if args.metrics_address:
                 metrics_server = MetricsServer(args.metrics_address, service, latency)
-            monitor = HealthMonitor(list(service.gpus.values()), service.health,
+            monitor = HealthMonitor(list(service.physical.values()), service.health,
                                     Classifier(parse_overrides(args.xid_override)),
                                     service.gpu_fault, args.nvml_library,
                                     args.health_poll_interval)
@@ -263,6 +281,8 @@ def run(args) -> int:
                 args=(list(service.mps.values()), stop, MPS_WATCH_INTERVAL,
                       service.mps_restarted)))
             threads[-1].start()
+        threads += MigWatch(service, args.nvml_library, flags.nvidia_caps(args),
+                            args.driver_check_interval).start(stop)
         log.info("reconciling holdings every %g s (and at once when an owner ends)",
                  args.reconcile_interval)
         if metrics_server is not None:

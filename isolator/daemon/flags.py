@@ -16,6 +16,7 @@ from typing import List, Optional, Tuple
 from isolator.api import DEFAULT_WORK_DIR, METRICS_PORT_ATTRIBUTE
 
 from isolator.discovery.gpu import Gpu, Inventory
+from isolator.discovery.nvidia_caps import CAPABILITIES, PROC_DEVICES, NvidiaCaps
 from isolator.discovery.nvml import ENV_LIBRARY
 from volumes.cli import non_empty
 from common.errors import UserError
@@ -68,6 +69,19 @@ def add_nvml_flag(p) -> None:
     p.add_argument("--nvml_library", metavar="PATH", type=non_empty,
                    help="load NVML from this file instead of libnvidia-ml.so.1 "
                         f"(also ${ENV_LIBRARY})")
+    p.add_argument("--proc_devices", metavar="PATH", type=non_empty, default=PROC_DEVICES,
+                   help="the kernel's list of device majors, for nvidia-caps (MIG) "
+                        f"(default {PROC_DEVICES})")
+    p.add_argument("--nvidia_capabilities", metavar="DIR", type=non_empty,
+                   default=CAPABILITIES,
+                   help="the driver's capability files, giving each MIG GPU and compute "
+                        f"instance's /dev/nvidia-caps minor (default {CAPABILITIES})")
+
+
+def nvidia_caps(args) -> NvidiaCaps:
+    """Where MIG discovery reads the capability files (the flags of add_nvml_flag)."""
+    return NvidiaCaps(getattr(args, "proc_devices", PROC_DEVICES),
+                      getattr(args, "nvidia_capabilities", CAPABILITIES))
 
 
 def add_daemon_arguments(p: argparse.ArgumentParser) -> None:

@@ -23,6 +23,12 @@
 With --shared_gpus, the shared GPUs are not counted in gpus:N: each is a resource
 of its own, gpu_shares_<NVML index>:<slots> (isolator/sharing/plan.py says why).
 
+    gpu_mig_profile         on a node whose GPUs are all in MIG mode with one profile
+                            (`single`): that profile; `gpus` then counts MIG devices
+
+MIG devices (isolator/daemon/mig_resources.py): a GPU in MIG mode is never counted
+in `gpus` whole; on a `mixed` node each profile is a resource, mig-1g.18gb:3.
+
 On a node with several GPU models, gpu_type and gpu_model name the most common
 one (ties: the first by NVML index), gpu_types lists all of them, and memory and
 compute capability are the minimum: an attribute never promises more than the
@@ -38,7 +44,9 @@ from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
 from isolator.api import (GRANULARITY_ATTRIBUTE, MAX_SHARE_ATTRIBUTE, METRICS_PORT_ATTRIBUTE,
-                          SHARING_ATTRIBUTE)
+                          MIG_PROFILE_ATTRIBUTE, SHARING_ATTRIBUTE)
+from isolator.daemon import mig_resources
+from isolator.discovery import mig
 from isolator.daemon.flags import FlagError, parse_resources
 from isolator.discovery.gpu import Gpu, Inventory
 from isolator.discovery.platform_features import ATTRIBUTE as PLATFORM_ATTRIBUTE, NodePlatform
@@ -80,12 +88,14 @@ def _cc_key(cc: str):
 ATTRIBUTE_NAMES = ("gpu_type", "gpu_model", "gpu_types", "gpu_memory_mb",
                    "gpu_compute_capability", "nvidia_driver", "cuda_driver", PLATFORM_ATTRIBUTE,
                    METRICS_PORT_ATTRIBUTE, SHARING_ATTRIBUTE, GRANULARITY_ATTRIBUTE,
-                   MAX_SHARE_ATTRIBUTE)
+                   MAX_SHARE_ATTRIBUTE, MIG_PROFILE_ATTRIBUTE)
 
 
-def _ours(name: str) -> bool:
-    """A resource this command sets: gpus, and each shared GPU's gpu_shares_<index>."""
-    return name == "gpus" or index_of_resource(name) is not None
+def ours(name: str) -> bool:
+    """A resource this command sets (an earlier value is replaced): gpus, each MIG
+    profile's, each shared GPU's gpu_shares_<index>."""
+    return name == "gpus" or mig_resources.is_mig_resource(name) or \
+        index_of_resource(name) is not None
 
 
 def share_attributes(shares: Optional[SharePlan]) -> List[str]:
@@ -104,6 +114,18 @@ def share_resources(shares: Optional[SharePlan]) -> List[str]:
             for s in sorted(shares.gpus.values(), key=lambda s: s.gpu.index)]
 
 
+def unshared(gpus: Sequence[Gpu], shares: Optional[SharePlan]) -> List[Gpu]:
+    """The GPUs that are not shared (a shared GPU is a resource of its own)."""
+    return [g for g in gpus if shares is None or g.minor not in shares.gpus]
+
+
+def given(gpus: Sequence[Gpu], inventory: Inventory) -> Sequence[Gpu]:
+    """What a task asking for `gpus` may get: MIG devices on a `single` node."""
+    if mig_resources.advertise(gpus, inventory).strategy == mig_resources.SINGLE:
+        return mig.schedulable(gpus, inventory.mig_devices)
+    return gpus
+
+
 def attributes(gpus: Sequence[Gpu], inventory: Inventory) -> List[str]:
     if not gpus:
         return []
@@ -112,28 +134,27 @@ def attributes(gpus: Sequence[Gpu], inventory: Inventory) -> List[str]:
     attrs = [("gpu_type", _most_common(types)),
              ("gpu_model", gpu_model(_most_common(names))),
              ("gpu_types", "/".join(dict.fromkeys(types))),
-             ("gpu_memory_mb", str(min(g.memory_total for g in gpus) // 2**20)),
+             ("gpu_memory_mb", str(min(g.memory_total for g in given(gpus, inventory)) // 2**20)),
              ("gpu_compute_capability",
               min((g.compute_capability for g in gpus), key=_cc_key))]
     if inventory.driver_version:
         attrs.append(("nvidia_driver", inventory.driver_version))
     if inventory.cuda_driver_version:
         attrs.append(("cuda_driver", inventory.cuda_driver_version))
-    return [f"{k}:{v}" for k, v in attrs]
+    return [f"{k}:{v}" for k, v in attrs] + mig_resources.advertise(gpus, inventory).attributes()
 
 
 def resources(gpu_count: int, operator_resources: Optional[str],
-              shares: Optional[SharePlan] = None) -> str:
-    """The operator's resources with gpus set to the whole GPUs managed, and one
-    gpu_shares_<index> per shared GPU."""
+              mig: Sequence[str] = (), shares: Optional[SharePlan] = None) -> str:
+    """The operator's resources with gpus (whole GPUs, or a single node's MIG devices),
+    each MIG profile's, and one gpu_shares_<index> per shared GPU set to what is managed."""
     kept = []
     if operator_resources and not operator_resources.strip().startswith("["):
         kept = [part.strip() for part in operator_resources.split(";")
-                if part.strip() and not _ours(name_of(part))]
+                if part.strip() and not ours(name_of(part))]
     elif operator_resources:
-        kept = [f"{n}:{v}" for n, v in parse_resources(operator_resources) if not _ours(n)]
-    whole = gpu_count - (len(shares.gpus) if shares else 0)
-    return ";".join(kept + [f"gpus:{whole}"] + share_resources(shares))
+        kept = [f"{n}:{v}" for n, v in parse_resources(operator_resources) if not ours(n)]
+    return ";".join(kept + [f"gpus:{gpu_count}"] + list(mig) + share_resources(shares))
 
 
 def name_of(part: str) -> str:
@@ -171,7 +192,8 @@ def merged(gpus: Sequence[Gpu], inventory: Inventory, operator_resources: Option
            metrics_port: Optional[int] = None,
            shares: Optional[SharePlan] = None) -> Tuple[str, str]:
     """(resources, attributes): the operator's, with gpus and our attributes set."""
-    return (resources(len(gpus), operator_resources, shares),
+    advertised = mig_resources.advertise(unshared(gpus, shares), inventory)
+    return (resources(advertised.gpus, operator_resources, advertised.resources()[1:], shares),
             merged_attributes(operator_attributes,
                               node_attributes(gpus, inventory, platform, metrics_port,
                                               shares)))
@@ -213,9 +235,9 @@ def without_gpus(resources: Optional[str]) -> Optional[str]:
     if not resources:
         return resources
     if resources.strip().startswith("["):
-        items = [r for r in json.loads(resources) if not _ours(r.get("name", ""))]
+        items = [r for r in json.loads(resources) if not ours(r.get("name", ""))]
         return json.dumps(items)
-    return ";".join(p.strip() for p in resources.split(";") if p.strip() and not _ours(name_of(p)))
+    return ";".join(p.strip() for p in resources.split(";") if p.strip() and not ours(name_of(p)))
 
 
 def env_lines(resources_text: str, attributes_text: str) -> List[str]:

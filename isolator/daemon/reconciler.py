@@ -57,6 +57,9 @@ class OwnerWatcher:
     def __init__(self, wake: threading.Event) -> None:
         self.wake = wake
         self._fds: Dict[int, Tuple[int, int]] = {}     # pid -> (pidfd, start time)
+        # owners found ended: said once (a holding whose release cannot be recorded yet
+        # stays, and must not wake every pass at once, again and again)
+        self._ended: Set[Tuple[int, int]] = set()
         self._lock = threading.Lock()
         self._poll = select.poll()
         self._pipe_r, self._pipe_w = os.pipe()           # wakes the poll for a new pid
@@ -66,9 +69,12 @@ class OwnerWatcher:
         with self._lock:
             if owner.pid in self._fds and self._fds[owner.pid][1] == owner.start_time:
                 return
+            if (owner.pid, owner.start_time) in self._ended:
+                return
             try:
                 fd = os.pidfd_open(owner.pid)
             except ProcessLookupError:
+                self._ended.add((owner.pid, owner.start_time))
                 self.wake.set()
                 return
             except OSError as e:                  # no pidfd (old kernel): the interval does
@@ -81,7 +87,14 @@ class OwnerWatcher:
             self._poll.register(fd, select.POLLIN)
         os.write(self._pipe_w, b"x")
         if not owner.alive():                     # it ended before the fd was opened
+            with self._lock:
+                self._ended.add((owner.pid, owner.start_time))
             self.wake.set()
+
+    def keep_ended(self, owners: Set[Tuple[int, int]]) -> None:
+        """Forget the ended owners that no longer hold anything."""
+        with self._lock:
+            self._ended &= owners
 
     def _forget(self, fd: int) -> None:
         try:
@@ -172,6 +185,8 @@ class Reconciler:
             elif service.release(h, reason, why, stop):
                 released.append(h.container_id)
         known = {h.container_id for h in holdings}
+        self.watcher.keep_ended({(h.owner.pid, h.owner.start_time) for h in holdings
+                                 if h.owner is not None})
         for counter in (self._mesos_misses, self._ended):
             for cid in [c for c in counter if c not in known]:
                 del counter[cid]
@@ -254,14 +269,14 @@ class Reconciler:
                 with service.lock:
                     if service.holdings.get(h.container_id) is not h:
                         return
-                    drifted = service.cgroups.repair(paths, rules, sorted(service.gpus))
+                    drifted = service.cgroups.repair(paths, rules, service.kernel_minors)
                 if drifted:
                     self._count_repair(h, drifted)
             elif h.docker_id and service.docker is not None and service.cgroups.host.devices_v1:
                 pid = service.docker.init_pid(h.docker_id)
                 where = pid and docker_devices.v1_cgroup_of(service.cgroups.host.devices_v1, pid)
                 backend = backends.get("docker")
-                if where and backend.drifted(where, rules, sorted(service.gpus)):
+                if where and backend.drifted(where, rules, service.kernel_minors):
                     backend.apply(where, rules)
                     self._count_repair(h, ["docker"])
         except (CgroupVanished, BackendGone, KeyError, DockerUnavailable, FileNotFoundError,

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 from urllib.parse import parse_qs, urlsplit
 
+from common import json_depth
 from common.errors import UserError
 from isolator import api
 from isolator.metrics import metrics
@@ -412,7 +413,7 @@ class AgentServer:
     @staticmethod
     def _json(request: Request) -> object:
         try:
-            return json.loads(request.body or b"{}")
+            return json_depth.loads(request.body or b"{}")
         except ValueError as e:
             raise BadRequest(f"request body is not JSON: {e}") from None
 

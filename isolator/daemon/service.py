@@ -30,7 +30,8 @@ from dataclasses import replace
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from isolator.cgroups import cgroup_host, cgroup_paths
-from isolator.allocation import crashpoints, process_containers
+from isolator import crashpoints
+from isolator.allocation import process_containers
 from isolator.discovery import devices, nvml
 from isolator.health import nvml_health
 from isolator.allocation.allocator import Allocator
@@ -45,7 +46,7 @@ from isolator.allocation.docker_state import DockerState, DockerUnavailable
 from isolator.errors import BadRequest, Conflict, Forbidden, Gone, NotFound, Unavailable
 from isolator.discovery.gpu import Gpu, Inventory
 from isolator.health.gpu_health import UNHEALTHY, Fault, HealthBook, Stop
-from isolator.allocation.ledger import Holding, Ledger
+from isolator.allocation.ledger import Holding, Ledger, LedgerUnwritable
 from isolator.allocation.owner import Owner, Placed, is_descendant
 from isolator.allocation.recovery import Recovery, Report
 from isolator.discovery.topology import Topology
@@ -64,11 +65,19 @@ class AgentService:
                  shares: Optional[SharePlan] = None,
                  mps: Optional[Dict[int, MpsControl]] = None) -> None:
         self.inventory = inventory
-        self.gpus: Dict[int, Gpu] = {g.minor: g for g in managed}
+        # what is handed out, by key: whole GPUs (key = minor) and MIG devices (mig.py)
+        self.gpus: Dict[int, Gpu] = {g.key: g for g in managed}
+        # the physical GPUs behind them, by minor: health and faults are theirs
+        self.physical: Dict[int, Gpu] = {g.minor: g for g in inventory.gpus
+                                         if any(u.minor == g.minor for u in managed)}
+        # the GPU minors the kernel's rules name (a MIG device's parent node is shared by
+        # its siblings: recovery and drift checks read whole GPUs' rules only)
+        self.kernel_minors: List[int] = sorted(g.minor for g in managed if g.key == g.minor)
         self.shares = shares or SharePlan({})     # the shared GPUs (plan.py)
         self.mps: Dict[int, MpsControl] = mps or {}   # minor -> its MPS control daemon
-        # whole GPUs only: a shared GPU is never handed out whole
-        self.allocator = Allocator([g for g in managed if g.minor not in self.shares.gpus],
+        # whole GPUs and MIG devices: a shared GPU is never handed out whole
+        self.allocator = Allocator([g for g in managed
+                                    if g.key != g.minor or g.minor not in self.shares.gpus],
                                    topology)
         self.ledger = ledger
         self.cgroups = cgroups
@@ -79,14 +88,17 @@ class AgentService:
         self.prepare_timeout = prepare_timeout
         self.holdings: Dict[str, Holding] = {}
         self.lock = threading.RLock()
-        self._granted = {g.minor: GrantedGpu(**g.to_json()) for g in managed}
+        self._granted = {g.key: GrantedGpu.of(g) for g in managed}
         self._control_read: Tuple[float, List[devices.DeviceNode]] = (0.0, [])
         self.counters: Counter = Counter()        # releases by reason, drift repairs, ...
+        self.withdrawn: Dict[int, str] = {}       # key -> why: MIG devices gone from NVML
         self._owner_listeners: List[Callable[[Owner], None]] = []
         self.health = health                      # None: every GPU counts as healthy
         self.kill_on_fault = kill_on_fault
         self.monitor = None                       # the HealthMonitor, when one runs
         self._usage_slots = threading.BoundedSemaphore(USAGE_SLOTS)
+        self._compact_failed = False
+        self._unrecorded: set = set()            # releases the ledger refused, said once
 
     # --- start-up and shutdown -------------------------------------------------------------
 
@@ -94,21 +106,48 @@ class AgentService:
         """Load the ledger, check it against the kernel and Docker, write a new snapshot."""
         with self.lock:
             recorded = self.ledger.load()
-            recovery = Recovery(self.cgroups, list(self.gpus), self._rules, self.docker)
-            self.holdings = recovery.run(recorded)
+            recovery = Recovery(self.cgroups, self.kernel_minors, self._rules, self.docker)
+            self.holdings = self._record_recovery(recorded, recovery.run(recorded))
             self.shares.check_holdings(self.holdings.values(), self.gpus)
             for h in self.holdings.values():
                 self.allocator.claim(m for m in h.whole_gpus if m in self.allocator.gpus)
-            self.ledger.compact(self.holdings)
+            self._compact()
             log.info(recovery.report.summary(self.holdings))
             for h in self.holdings.values():
                 self._watch(h.owner)
             return recovery.report
 
+    def _record_recovery(self, recorded: Dict[str, Holding],
+                         recovered: Dict[str, Holding]) -> Dict[str, Holding]:
+        """What recovery changed, in the journal before anything is served (a snapshot
+        may not fit on a full disk, a few records do): the daemon never serves from a
+        state the ledger does not hold. A change the journal cannot take is not made:
+        that container stays as recorded (its GPUs held), for the reconciler to settle
+        once the disk takes it."""
+        out = dict(recovered)
+        kept = []
+        changes = [(cid, None) for cid in recorded.keys() - recovered.keys()]
+        changes += [(cid, h) for cid, h in recovered.items() if recorded.get(cid) != h]
+        for cid, h in changes:
+            try:
+                if h is None:
+                    self.ledger.remove(cid)
+                else:
+                    self.ledger.put(h)
+            except LedgerUnwritable as e:      # recovery only keeps or changes records
+                out[cid] = recorded[cid]
+                kept.append(cid)
+                error = e
+        if kept:
+            log.warning("recovery: %d container(s) kept as recorded (%s): the journal cannot "
+                        "take what recovery decided for them; the reconciler settles them "
+                        "once it can: %s", len(kept), ", ".join(sorted(kept)), error)
+        return out
+
     def close(self) -> None:
         """A last snapshot (the journal emptied) when the daemon stops."""
         with self.lock:
-            self.ledger.compact(self.holdings)
+            self._compact()
             self.ledger.close()
 
     def on_new_owner(self, listener: Callable[[Owner], None]) -> None:
@@ -133,8 +172,9 @@ class AgentService:
             self._control_read = (now, nodes)
         return list(nodes)
 
-    def _rules(self, minors) -> List[devices.Rule]:
-        granted = [self.gpus.get(m) or Gpu(-1, m, "", "", 0, "", "") for m in minors]
+    def _rules(self, keys) -> List[devices.Rule]:
+        granted = [self.gpus.get(k) or Gpu(-1, k, "", "", 0, "", "") for k in keys
+                   if k in self.gpus or k < 256]      # an unknown MIG key names no node
         return devices.container_rules(granted, self._control())
 
     def _get(self, container_id: str) -> Holding:
@@ -145,22 +185,60 @@ class AgentService:
         return h
 
     def _put(self, h: Holding) -> None:
-        self.holdings[h.container_id] = h
+        """Record, then change: a change the ledger cannot hold (LedgerUnwritable, a
+        full or failing disk) is not made."""
         self.ledger.put(h)
+        self.holdings[h.container_id] = h
         self._compact_if_large()
 
     def _drop(self, h: Holding) -> None:
+        self.ledger.remove(h.container_id)
         del self.holdings[h.container_id]
         self.allocator.release(h.whole_gpus)
-        self.ledger.remove(h.container_id)
         self._compact_if_large()
 
     def _unhealthy(self) -> Dict[int, str]:
-        return self.health.not_healthy() if self.health is not None else {}
+        """key -> why, for each device not to be given: its GPU is not healthy (a fault
+        of a GPU in MIG mode is a fault of every MIG device on it), or it is a MIG
+        device gone from NVML (daemon/mig_watch.py)."""
+        sick = self.health.not_healthy() if self.health is not None else {}
+        out = {k: sick[g.minor] for k, g in self.gpus.items() if g.minor in sick}
+        out.update(self.withdrawn)
+        return out
+
+    def withdraw(self, why: Dict[int, str]) -> List[int]:
+        """Never give these devices again (a holder keeps what it has); returns the
+        keys withdrawn now (not before)."""
+        with self.lock:
+            new = [k for k in why if k in self.gpus and k not in self.withdrawn]
+            for k in new:
+                self.withdrawn[k] = why[k]
+            return new
+
+    def holders(self) -> Dict[int, str]:
+        """key -> the container holding it."""
+        with self.lock:
+            return {k: h.container_id for h in self.holdings.values() for k in h.gpus}
 
     def _compact_if_large(self) -> None:
         if self.ledger.needs_compaction():
+            self._compact()
+
+    def _compact(self) -> None:
+        """A new snapshot; one that does not fit costs nothing (the journal has every
+        change), it is said once and tried again at the next compaction."""
+        try:
             self.ledger.compact(self.holdings)
+        except OSError as e:
+            if not self._compact_failed:
+                log.warning("ledger %s: cannot write a new snapshot (%s); the journal %s "
+                            "keeps every change meanwhile", self.ledger.path,
+                            e.strerror or e, self.ledger.journal_path)
+            self._compact_failed = True
+            return
+        if self._compact_failed:
+            log.info("ledger %s: snapshot written again", self.ledger.path)
+        self._compact_failed = False
 
     @staticmethod
     def _check_owner(h: Holding, caller: Owner, what: str) -> None:
@@ -169,13 +247,24 @@ class AgentService:
             raise Forbidden(f"container {h.container_id} was prepared by "
                             f"{h.owner.describe()}; process {caller.pid} may not {what} it")
 
+    @staticmethod
+    def _check_descendant(pid: int, caller: Owner) -> None:
+        if not is_descendant(pid, caller.pid):
+            raise Forbidden(f"pid {pid} is neither the caller (pid {caller.pid}) nor one of "
+                            "its descendants: a container takes only its own executor's "
+                            "processes")
+
     def _grant(self, h: Holding, control: Optional[List[devices.DeviceNode]] = None) -> Grant:
         gpus = [self.gpus[m] for m in h.gpus if m in self.gpus]
         control = self._control() if control is None else control
-        nodes = control + [devices.gpu_node(g, self.dev_dir) for g in gpus]
+        nodes = control + devices.granted_nodes(gpus, self.dev_dir)
         uuids = ",".join(g.uuid for g in gpus)
+        mig = any(g.key != g.minor for g in gpus)
+        # CUDA enumerates the MIG devices a process may open by their MIG- UUIDs;
+        # indices would depend on what else the container can see
         env = {"NVIDIA_VISIBLE_DEVICES": uuids or "void",
-               "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(len(gpus)))}
+               "CUDA_VISIBLE_DEVICES": uuids if mig else
+               ",".join(str(i) for i in range(len(gpus)))}
         share = self._granted_share(h) if h.share and gpus else None
         if share is not None and share.sharing == "mps":
             # the caps the control daemon enforces stand whatever these say; these ask
@@ -185,7 +274,7 @@ class AgentService:
                         "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": f"0={size_text(share.memory_limit)}"})
         return Grant(
             container_id=h.container_id, container_type=h.container_type,
-            gpus=tuple(self._granted[g.minor] for g in gpus),
+            gpus=tuple(self._granted[g.key] for g in gpus),
             devices=tuple(nodes), env=env,
             driver_version=self.inventory.driver_version,
             cuda_driver_version=self.inventory.cuda_driver_version,
@@ -216,22 +305,24 @@ class AgentService:
             if held is not None:
                 if (held.owner == caller and held.container_type == request.container_type
                         and (held.share == request.share.fraction if request.share
-                             else not held.share and len(held.gpus) == request.gpus)):
+                             else not held.share and len(held.gpus) == request.gpus
+                             and self._profile_of(held) == request.mig_profile)):
                     return self._grant(held)          # the same request again: a retry
                 raise Conflict(f"container {request.container_id} is already prepared "
                                f"(holding GPUs {list(held.gpus)}, by {held.owner.describe() if held.owner else 'an unknown process'})")
             if request.share is not None:
                 h = self._share_holding(request, caller)
             else:
-                chosen = self.allocator.allocate(request.gpus, unhealthy=self._unhealthy())
+                chosen = self.allocator.allocate(request.gpus, unhealthy=self._unhealthy(),
+                                                 profile=request.mig_profile)
                 h = Holding(request.container_id, request.container_type,
-                            tuple(g.minor for g in chosen), tuple(g.uuid for g in chosen),
+                            tuple(g.key for g in chosen), tuple(g.uuid for g in chosen),
                             "prepared", time.time(), caller, task=request.task)
             try:
                 self._put(h)
-            except OSError:
-                self.holdings.pop(h.container_id, None)
+            except LedgerUnwritable as e:
                 self.allocator.release(h.whole_gpus)
+                log.error("prepare of %s refused: %s", h.container_id, e)
                 raise
             crashpoints.reached("prepare:after_ledger", h.container_id)
             log.info("prepared %s (%s) for %s: GPUs %s (%s)", h.container_id, h.container_type,
@@ -268,6 +359,8 @@ class AgentService:
                 if ((request.pid is not None and h.placed and h.placed.pid == request.pid)
                         or (request.docker_id is not None and h.docker_id == request.docker_id)):
                     return self._grant(h)             # the same request again: a retry
+                if request.pid is not None and h.placed is None and h.container_type == MESOS:
+                    return self._grant(self._placed_before_crash(h, request.pid, caller))
                 raise Conflict(f"container {h.container_id} is already isolated")
             if h.container_type == DOCKER:
                 if request.docker_id is None:
@@ -281,8 +374,51 @@ class AgentService:
                     raise BadRequest(f"container {h.container_id} is a MESOS container: "
                                      "isolate it by 'pid'")
                 h = self._isolate_cgroup(h, request.pid, caller)
-            self._put(h)       # recovery must know it was isolated: see cleanup
+            try:
+                self._put(h)   # recovery must know it was isolated: see cleanup
+            except LedgerUnwritable as e:
+                self._undo_move(h)
+                log.error("isolate of %s refused: %s", h.container_id, e)
+                raise
             return self._grant(h)
+
+    def _undo_move(self, h: Holding) -> None:
+        """An isolate that cannot be recorded is not done: its cgroups go, the process
+        is moved out of them (not killed), and the holding stays prepared."""
+        if not h.cgroups:
+            return
+        try:
+            self.cgroups.remove(h.cgroups, ours=lambda pid: False)
+        except OSError as e:    # recovery strips an unrecorded cgroup of every GPU
+            log.warning("container %s: cannot remove its unrecorded cgroups: %s",
+                        h.container_id, e)
+
+    def _placed_before_crash(self, h: Holding, pid: int, caller: Owner) -> Holding:
+        """The same isolate again, after a crash between the move and its record:
+        recovery found the process in the cgroups and recorded them without it. It is
+        moved again (the crash may have cut the move between hierarchies) and recorded."""
+        if pid not in (self.cgroups.procs(h.cgroups) or []):
+            raise Conflict(f"container {h.container_id} is already isolated")
+        self._check_descendant(pid, caller)
+        placed = Placed.of_process(pid)
+        try:
+            if placed is None:
+                raise ProcessLookupError(pid)
+            self.cgroups.enter(h.cgroups, pid)
+        except CgroupVanished as e:
+            raise Gone(f"container {h.container_id}: its cgroup {e} vanished; "
+                       "the container is gone, call cleanup") from None
+        except OSError:
+            raise BadRequest(f"pid {pid}: the process exited before it could be isolated")
+        h = replace(h, placed=placed, runtime_cgroups=self._runtime_cgroups(h, pid))
+        try:
+            self._put(h)
+        except LedgerUnwritable as e:
+            log.error("isolate of %s refused: %s", h.container_id, e)
+            raise
+        log.info("isolated %s: pid %d was moved in before a crash; recorded", h.container_id,
+                 pid)
+        return h
 
     def _check_docker_label(self, container_id: str, docker_id: str) -> None:
         """The Docker container must carry our label with this container id. Asked of the
@@ -303,17 +439,10 @@ class AgentService:
         placed = Placed.of_process(pid)
         if placed is None:
             raise BadRequest(f"pid {pid}: no such process")
-        if not is_descendant(pid, caller.pid):
-            raise Forbidden(f"pid {pid} is neither the caller (pid {caller.pid}) nor one of "
-                            "its descendants: a container takes only its own executor's "
-                            "processes")
+        self._check_descendant(pid, caller)
         if self.cgroups.existing(self.cgroups.paths(h.container_id)):
             raise Conflict(f"container {h.container_id}: a cgroup of that name already exists")
-        try:           # the cgroups runc made for the container carry its id as their name
-            runtime = tuple(sorted(path for path in cgroup_host.process_cgroups(pid).values()
-                                   if os.path.basename(path.rstrip("/")) == h.container_id))
-        except OSError:
-            raise BadRequest(f"pid {pid}: the process exited before it could be isolated")
+        runtime = self._runtime_cgroups(h, pid)
         try:
             paths = self.cgroups.create(h.container_id, self._rules(h.gpus), pid)
         except ProcessLookupError:
@@ -324,6 +453,15 @@ class AgentService:
         log.info("isolated %s: pid %d in %s, GPUs %s", h.container_id, pid,
                  ", ".join(paths.values()), list(h.gpus))
         return replace(h, state="isolated", cgroups=paths, placed=placed, runtime_cgroups=runtime)
+
+    @staticmethod
+    def _runtime_cgroups(h: Holding, pid: int) -> Tuple[str, ...]:
+        """The cgroups runc made for the container: they carry its id as their name."""
+        try:
+            return tuple(sorted(path for path in cgroup_host.process_cgroups(pid).values()
+                                if os.path.basename(path.rstrip("/")) == h.container_id))
+        except OSError:
+            raise BadRequest(f"pid {pid}: the process exited before it could be isolated")
 
     def update(self, request: UpdateRequest, caller: Owner) -> Grant:
         with self.lock:
@@ -348,18 +486,31 @@ class AgentService:
                 h = self._shrink(h, request.gpus)
             return self._grant(h)
 
+    def _profile_of(self, h: Holding) -> str:
+        """The MIG profile of a holding's devices ("" for whole GPUs)."""
+        return next((getattr(self.gpus[k], "profile", "") for k in h.gpus if k in self.gpus), "")
+
     def _grow(self, h: Holding, more: int) -> Holding:
-        added = self.allocator.allocate(more, held=h.gpus, unhealthy=self._unhealthy())
-        new = replace(h, gpus=h.gpus + tuple(g.minor for g in added),
+        added = self.allocator.allocate(more, held=h.gpus, unhealthy=self._unhealthy(),
+                                        profile=self._profile_of(h))
+        new = replace(h, gpus=h.gpus + tuple(g.key for g in added),
                       uuids=h.uuids + tuple(g.uuid for g in added))
-        self._put(new)
+        try:
+            self._put(new)
+        except LedgerUnwritable as e:
+            self.allocator.release(g.key for g in added)
+            log.error("update of %s refused: %s", h.container_id, e)
+            raise
         crashpoints.reached("update:after_ledger", h.container_id)
         try:
             if h.state == "isolated":
                 self.cgroups.apply(h.cgroups, self._rules(new.gpus))
         except CgroupVanished as e:
-            self.allocator.release(g.minor for g in added)
-            self._put(h)
+            try:
+                self._put(h)
+                self.allocator.release(g.key for g in added)
+            except LedgerUnwritable:    # the added GPUs stay the container's until cleanup
+                pass
             raise Gone(f"container {h.container_id}: its cgroup {e} vanished; "
                        "the container is gone, call cleanup") from None
         crashpoints.reached("update:after_kernel", h.container_id)
@@ -378,8 +529,12 @@ class AgentService:
                 raise Gone(f"container {h.container_id}: its cgroup {e} vanished; "
                            "the container is gone, call cleanup") from None
         crashpoints.reached("update:after_kernel", h.container_id)
+        try:           # the kernel allows less already: the safe side, until it is recorded
+            self._put(new)
+        except LedgerUnwritable as e:
+            log.error("update of %s refused: %s", h.container_id, e)
+            raise
         self.allocator.release(m for m in h.gpus if m not in keep)
-        self._put(new)
         log.info("updated %s: GPUs %s -> %s", h.container_id, list(h.gpus), list(gpus))
         return new
 
@@ -397,7 +552,14 @@ class AgentService:
             h = self._get(request.container_id)
             killed = self._remove_cgroups(h)
             crashpoints.reached("cleanup:after_kernel", h.container_id)
-            self._drop(h)
+            try:
+                self._drop(h)
+            except LedgerUnwritable as e:
+                log.error("cleanup of %s: its GPUs %s stay held until the cleanup is "
+                          "recorded: %s", h.container_id, list(h.gpus), e)
+                raise LedgerUnwritable(f"container {h.container_id} is stopped, its GPUs "
+                                       f"stay held until it can be recorded: {e}; ask the "
+                                       "cleanup again") from None
             if killed:
                 log.info("cleanup of %s killed %d leftover process(es)", h.container_id,
                          len(killed))
@@ -438,7 +600,15 @@ class AgentService:
                 return False
             killed = self._remove_cgroups(h) if stop else []
             crashpoints.reached("release:after_stop", h.container_id)
-            self._drop(h)
+            try:
+                self._drop(h)
+            except LedgerUnwritable as e:       # the next reconciliation pass tries again
+                if h.container_id not in self._unrecorded:
+                    log.warning("container %s: its release cannot be recorded yet (tried "
+                                "again each pass): %s", h.container_id, e)
+                self._unrecorded.add(h.container_id)
+                return False
+            self._unrecorded.discard(h.container_id)
             self.counters[f"released_{reason}"] += 1
         log.warning("container %s released GPUs %s: %s%s", h.container_id, list(h.gpus), why,
                     f" ({len(killed)} process(es) killed)" if killed else "")
@@ -449,7 +619,12 @@ class AgentService:
         (its executor died between `docker run` and isolate, or the answer was lost)."""
         with self.lock:
             if self.holdings.get(h.container_id) is h:
-                self._put(replace(h, state="isolated", docker_id=docker_id))
+                try:
+                    self._put(replace(h, state="isolated", docker_id=docker_id))
+                except LedgerUnwritable as e:   # the next reconciliation pass tries again
+                    log.warning("container %s: cannot record it as isolated yet: %s",
+                                h.container_id, e)
+                    return
                 log.info("container %s: its Docker container %s runs: recorded as isolated",
                          h.container_id, docker_id[:12])
 
@@ -484,14 +659,15 @@ class AgentService:
     def gpu_fault(self, minor: int, fault: Fault) -> None:
         """A fault on a managed GPU (from the health monitor): unhealthy now, and when
         the fault loses the work on it, the containers holding it are stopped."""
-        if self.health is None or minor not in self.gpus:
+        if self.health is None or minor not in self.physical:
             return
         self.health.fault(minor, fault)
         if not (fault.kills and self.kill_on_fault):
             return
+        on_it = {k for k, g in self.gpus.items() if g.minor == minor}   # its MIG devices too
         with self.lock:
-            holders = [h for h in self.holdings.values() if minor in h.gpus]
-        gpu = self.gpus[minor]
+            holders = [h for h in self.holdings.values() if on_it & set(h.gpus)]
+        gpu = self.physical[minor]
         for h in holders:
             message = f"GPU {minor} ({gpu.uuid}) became unhealthy: {fault.detail}"
             if self.fault_stop(h) is None:   # a condition that holds comes back every poll
@@ -533,11 +709,14 @@ class AgentService:
         if self.health is None:
             return NodeHealth((), "off")
         with self.lock:
-            holder = {m: cid for cid, h in self.holdings.items() for m in h.gpus}
+            holder: Dict[int, str] = {}
+            for cid, h in sorted(self.holdings.items()):
+                for minor in sorted({self.gpus[k].minor for k in h.gpus if k in self.gpus}):
+                    holder[minor] = ",".join(filter(None, (holder.get(minor), cid)))
         snapshot = self.monitor.snapshot() if self.monitor is not None else {}
         gpus = []
         for s in self.health.all():
-            g = self.gpus[s.minor]
+            g = self.physical[s.minor]
             gpus.append(GpuHealth(
                 minor=s.minor, index=g.index, uuid=g.uuid, name=g.name, state=s.state,
                 since=s.since, reason=s.reason, cause=s.cause, xid=s.xid,
@@ -550,6 +729,10 @@ class AgentService:
         with self.lock:
             return {"inventory": self.inventory.to_json(),
                     "managed": sorted(self.gpus),
+                    "withdrawn": {str(k): why for k, why in sorted(self.withdrawn.items())},
+                    "mig_devices": {str(k): {"uuid": g.uuid, "parent_uuid": g.parent_uuid,
+                                             "profile": g.profile}
+                                    for k, g in self.gpus.items() if k != g.minor},
                     "free": sorted(self.allocator.available),
                     "allocated": sorted(self.allocator.allocated),
                     "cgroups": {"host": self.cgroups.host.to_json(),

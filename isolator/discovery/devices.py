@@ -112,11 +112,28 @@ def gpu_rule(minor: int) -> Rule:
     return Rule("c", NVIDIA_MAJOR, minor)
 
 
+def caps_node(major: int, minor: int, dev_dir: str = "/dev") -> DeviceNode:
+    """/dev/nvidia-caps/nvidia-cap<minor> (a MIG GPU or compute instance)."""
+    return DeviceNode(os.path.join(dev_dir, "nvidia-caps", f"nvidia-cap{minor}"), major, minor)
+
+
+def granted_nodes(granted: Sequence[Gpu], dev_dir: str = "/dev") -> List[DeviceNode]:
+    """The nodes of these GPUs: each GPU node once (MIG devices of one GPU share
+    their parent's), then each MIG device's two capability nodes."""
+    nodes = [gpu_node(g, dev_dir) for g in {g.minor: g for g in granted}.values()]
+    nodes += [caps_node(major, minor, dev_dir) for g in granted for major, minor in g.caps()]
+    return nodes
+
+
 def container_rules(granted: Iterable[Gpu], control: Sequence[DeviceNode]) -> List[Rule]:
-    """Everything a container may open: whitelist, control devices, its GPUs."""
+    """Everything a container may open: whitelist, control devices, its GPUs (a MIG
+    device: its parent's node and exactly its own GPU and compute instance's caps)."""
+    granted = list(granted)
     rules = list(BASE_WHITELIST)
     rules += [node.rule() for node in control]
-    rules += [gpu_rule(g.minor) for g in sorted(granted, key=lambda g: g.minor)]
+    rules += [gpu_rule(m) for m in sorted({g.minor for g in granted})]
+    rules += [Rule("c", major, minor) for major, minor in
+              sorted({c for g in granted for c in g.caps()})]
     return rules
 
 

@@ -15,7 +15,9 @@ from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
 import pynvml
 
-from isolator.discovery.gpu import Gpu, Inventory
+from isolator.discovery import mig
+from isolator.discovery.gpu import MIG_ENABLED, Gpu, Inventory
+from isolator.discovery.nvidia_caps import NvidiaCaps
 from common.errors import UserError
 
 log = logging.getLogger("mesos-gpu.nvml")
@@ -129,6 +131,7 @@ def _board_id(handle) -> Optional[int]:
 def _gpu(index: int) -> Gpu:
     h = pynvml.nvmlDeviceGetHandleByIndex(index)
     major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(h)
+    mode = mig.mig_mode(h)
     return Gpu(index=index,
                minor=int(pynvml.nvmlDeviceGetMinorNumber(h)),
                uuid=_text(pynvml.nvmlDeviceGetUUID(h)),
@@ -136,7 +139,26 @@ def _gpu(index: int) -> Gpu:
                memory_total=int(pynvml.nvmlDeviceGetMemoryInfo(h).total),
                pci_bus_id=_text(pynvml.nvmlDeviceGetPciInfo(h).busId),
                compute_capability=f"{major}.{minor}",
-               board_id=_board_id(h))
+               board_id=_board_id(h), mig_mode=mode)
+
+
+def _mig(gpus: List[Gpu], caps: NvidiaCaps):
+    """(MIG devices of the GPUs in MIG mode, profiles of each MIG-capable GPU)."""
+    devices: List[Gpu] = []
+    offered: Dict[str, Tuple] = {}
+    for g in gpus:
+        if g.mig_mode is None:
+            continue
+        try:
+            h = pynvml.nvmlDeviceGetHandleByIndex(g.index)
+            offered[g.uuid] = mig.profiles(h)
+            if g.mig_mode == MIG_ENABLED:
+                devices += mig.devices(g, h, caps)
+        except pynvml.NVMLError as e:
+            # its MIG devices unknown: none is handed out, and the GPU is not either
+            log.error("GPU %d (%s) is in MIG mode but its MIG devices cannot be read: %s",
+                      g.index, g.uuid, e)
+    return tuple(devices), offered
 
 
 def _readable_gpus(count: int, known: Dict[int, Gpu]) -> Tuple[List[Gpu], Tuple[int, ...]]:
@@ -164,20 +186,24 @@ def _readable_gpus(count: int, known: Dict[int, Gpu]) -> Tuple[List[Gpu], Tuple[
     return gpus, tuple(lost)
 
 
-def discover(library: Optional[str] = None, known: Iterable[Gpu] = ()) -> Inventory:
-    """All GPUs NVML sees, with driver versions. Never raises for a host
-    without NVIDIA hardware or driver; raises UserError for a bad library file.
-    `known`: GPU records from before, for GPUs NVML cannot read now (`lost`)."""
+def discover(library: Optional[str] = None, known: Iterable[Gpu] = (),
+             caps: Optional[NvidiaCaps] = None) -> Inventory:
+    """All GPUs NVML sees, with driver versions, and the MIG devices of those in MIG
+    mode. Never raises for a host without NVIDIA hardware or driver; raises UserError
+    for a bad library file. `known`: GPU records from before, for GPUs NVML cannot
+    read now (`lost`). `caps`: where the driver's capability files are (MIG)."""
     try:
         with session(library) as loaded:
             count = pynvml.nvmlDeviceGetCount()
             gpus, lost = _readable_gpus(count, {g.index: g for g in known})
+            mig_devices, mig_profiles = _mig(gpus, caps or NvidiaCaps())
             inv = Inventory(
                 gpus=tuple(gpus),
                 driver_version=_text(pynvml.nvmlSystemGetDriverVersion()),
                 cuda_driver_version=_cuda_version(pynvml.nvmlSystemGetCudaDriverVersion()),
                 nvml_version=_text(pynvml.nvmlSystemGetNVMLVersion()),
-                library=loaded, lost=lost)
+                library=loaded, lost=lost, mig_devices=mig_devices,
+                mig_profiles=mig_profiles)
     except NvmlUnavailable as e:
         log.info("0 GPUs: %s", e)
         return Inventory(unavailable=str(e))

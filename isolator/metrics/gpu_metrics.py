@@ -81,11 +81,18 @@ DCGM: List[Tuple[str, str, str, Callable[[DeviceSample], Optional[object]]]] = [
 
 
 def gpu_labels(g: Gpu, h: Optional[Holding]) -> Dict[str, object]:
+    """DCGM exporter's labels; a MIG device adds its GPU instance id and profile
+    (GPU_I_ID, GPU_I_PROFILE) as the exporter does, its figures being its parent's."""
     task = (h.task if h is not None else None) or TaskLabels()
-    return {"gpu": g.index, "UUID": g.uuid, "device": f"nvidia{g.minor}", "modelName": g.name,
-            "Hostname": HOSTNAME, "minor": g.minor,
-            "container_id": h.container_id if h is not None else "",
-            "task_id": task.task_id, "framework_id": task.framework_id, "app_id": task.app_id}
+    labels: Dict[str, object] = {
+        "gpu": g.index, "UUID": g.uuid, "device": f"nvidia{g.minor}", "modelName": g.name,
+        "Hostname": HOSTNAME, "minor": g.minor}
+    if getattr(g, "profile", ""):
+        labels.update({"GPU_I_ID": g.gpu_instance_id, "GPU_I_PROFILE": g.profile})
+    labels.update({"container_id": h.container_id if h is not None else "",
+                   "task_id": task.task_id, "framework_id": task.framework_id,
+                   "app_id": task.app_id})
+    return labels
 
 
 def write(out: Text, service: "AgentService") -> None:
@@ -95,18 +102,20 @@ def write(out: Text, service: "AgentService") -> None:
             for m in h.gpus:
                 holders.setdefault(m, []).append(h)
         shared = service._shared_info() if service.shares.gpus else {}
-    gpus = [service.gpus[m] for m in sorted(service.gpus)]
-    # a GPU's own series name its holder; a shared GPU's name none (its tenants have theirs)
-    labels = {g.minor: gpu_labels(g, holders[g.minor][0] if len(holders.get(g.minor, ())) == 1
-                                  and not holders[g.minor][0].share else None) for g in gpus}
+    # By key: a MIG device is a row of its own; samples, XIDs and health are its
+    # parent GPU's (by minor). A GPU's own series name its holder; a shared GPU's
+    # name none (its tenants have theirs).
+    gpus = [service.gpus[k] for k in sorted(service.gpus)]
+    labels = {g.key: gpu_labels(g, holders[g.key][0] if len(holders.get(g.key, ())) == 1
+                                and not holders[g.key][0].share else None) for g in gpus}
     snap = service.monitor.snapshot() if service.monitor is not None else {}
     samples: Dict[int, DeviceSample] = snap.get("samples", {})
     for name, kind, help_text, read in DCGM:
-        rows = [(labels[g.minor], read(samples[g.minor])) for g in gpus if g.minor in samples]
+        rows = [(labels[g.key], read(samples[g.minor])) for g in gpus if g.minor in samples]
         out.family(name, kind, help_text, [(k, v) for k, v in rows if v is not None])
     last_xid = snap.get("last_xid", {})
     out.family("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.",
-               [(labels[g.minor], last_xid.get(g.minor, 0)) for g in gpus])
+               [(labels[g.key], last_xid.get(g.minor, 0)) for g in gpus])
     _health(out, service, gpus, labels, snap)
     _tasks(out, gpus, holders, samples)
     _shared(out, service, shared)
@@ -129,7 +138,8 @@ def _shared(out: Text, service: "AgentService", shared: Dict) -> None:
 
 
 def _short(g: Gpu) -> Dict[str, object]:
-    return {"minor": g.minor, "UUID": g.uuid}
+    """A physical GPU's labels (a MIG device stands for its parent here)."""
+    return {"minor": g.minor, "UUID": getattr(g, "parent_uuid", "") or g.uuid}
 
 
 def _health(out: Text, service: "AgentService", gpus: List[Gpu],
@@ -139,7 +149,7 @@ def _health(out: Text, service: "AgentService", gpus: List[Gpu],
     out.family("mesos_gpu_gpu_health", "gauge",
                "1 for the GPU's health state (healthy; unhealthy: no new work; probing: its "
                "self-check runs), 0 for the others.",
-               [({**labels[g.minor], "state": state},
+               [({**labels[g.key], "state": state},
                  int(states[g.minor].state == state)) for g in gpus if g.minor in states
                 for state in STATES])
     out.family("mesos_gpu_gpus_unhealthy", "gauge", "Managed GPUs that are not healthy.",
@@ -194,7 +204,7 @@ def _tasks(out: Text, gpus: List[Gpu], holders: Dict[int, List[Holding]],
     memory, utilization, count = [], [], []
     for g in gpus:
         sample = samples.get(g.minor)
-        for h in holders.get(g.minor, ()) if sample is not None else ():
+        for h in holders.get(g.key, ()) if sample is not None else ():
             _task_rows(g, h, sample, memory, utilization, count)
     out.family("mesos_gpu_task_gpu_memory_used_bytes", "gauge",
                "GPU memory used by the task's own processes, per GPU it holds.", memory)
@@ -211,6 +221,8 @@ def _task_rows(g: Gpu, h: Holding, sample: DeviceSample, memory: list, utilizati
     labels = {"container_id": h.container_id, "task_id": task.task_id,
               "framework_id": task.framework_id, "app_id": task.app_id, "gpu": g.index,
               "UUID": g.uuid, "minor": g.minor}
+    if getattr(g, "profile", ""):
+        labels.update({"GPU_I_ID": g.gpu_instance_id, "GPU_I_PROFILE": g.profile})
     if h.share:
         labels["share"] = h.share               # a tenant of a shared GPU
     own = [p for p in sample.processes if process_containers.belongs(p.pid, h)]

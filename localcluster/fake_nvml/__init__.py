@@ -64,6 +64,57 @@ class FakeGpu:
     pci_device_id: int = 0x1DB110DE
 
 
+@dataclass(frozen=True)
+class MigProfile:
+    """A GPU instance profile a GPU offers (nvidia-smi mig -lgip; NVML
+    nvmlDeviceGetGpuInstanceProfileInfoV): `index` is the NVML_GPU_INSTANCE_PROFILE_*
+    constant, `id` the profile id, `name` NVML's ("MIG 1g.18gb")."""
+    index: int
+    id: int
+    name: str
+    slices: int
+    instances: int
+    sms: int
+    memory_mib: int
+
+
+# A real H200's profiles (shared/reference/real-gpu-node.md); index from nvml.h
+H200_PROFILES = (
+    MigProfile(0, 19, "MIG 1g.18gb", 1, 7, 16, 16384),        # 1_SLICE
+    MigProfile(7, 20, "MIG 1g.18gb+me", 1, 1, 16, 16384),     # 1_SLICE_REV1
+    MigProfile(9, 15, "MIG 1g.35gb", 1, 4, 26, 33280),        # 1_SLICE_REV2
+    MigProfile(1, 14, "MIG 2g.35gb", 2, 3, 32, 33280),        # 2_SLICE
+    MigProfile(2, 9, "MIG 3g.71gb", 3, 2, 60, 71424),         # 3_SLICE
+    MigProfile(3, 5, "MIG 4g.71gb", 4, 1, 64, 71424),         # 4_SLICE
+    MigProfile(4, 0, "MIG 7g.141gb", 7, 1, 132, 143360),      # 7_SLICE
+)
+
+
+@dataclass(frozen=True)
+class FakeMigDevice:
+    """GPU instance `gi` of profile `profile_id` at placement `start`, with one compute
+    instance `ci` spanning it: one MIG device, as NVML lists it."""
+    gi: int
+    ci: int
+    profile_id: int
+    start: int
+    uuid: str
+
+
+@dataclass(frozen=True)
+class FakeMig:
+    """A MIG-capable GPU: its mode (current, pending), the profiles it offers, and
+    (in MIG mode) its MIG devices."""
+    enabled: bool
+    profiles: Tuple[MigProfile, ...] = H200_PROFILES
+    devices: Tuple[FakeMigDevice, ...] = ()
+    pending: Optional[bool] = None          # None: as `enabled`
+
+
+CAPS_MAJOR = 241           # nvidia-caps in a real H200's /proc/devices
+CAPS_CONFIG, CAPS_MONITOR = 1, 2           # mig/config and mig/monitor, as on the H200
+
+
 @dataclass
 class Layout:
     """A host as NVML shows it. `driver_loaded=False` makes nvmlInit fail with
@@ -79,6 +130,7 @@ class Layout:
     processes: Dict[int, List[Tuple[int, int]]] = field(default_factory=dict)
     driver_loaded: bool = True
     library: bool = True
+    mig: Dict[int, FakeMig] = field(default_factory=dict)     # NVML index -> MIG state
 
     def validate(self) -> None:
         n = len(self.gpus)
@@ -95,7 +147,18 @@ class Layout:
         for i, j in pairs:
             if not (0 <= i < n and 0 <= j < n) or i == j:
                 raise LocalClusterError(f"layout {self.name}: GPU pair ({i}, {j}) is not two of its {n} GPUs")
-        for i in list(self.boards) + list(self.utilization) + list(self.processes):
+        for i, m in self.mig.items():
+            ids = {p.id for p in m.profiles}
+            for d in m.devices:
+                if d.profile_id not in ids:
+                    raise LocalClusterError(f"layout {self.name}: GPU {i}: MIG device gi {d.gi} "
+                                            f"has profile id {d.profile_id}, not one of {sorted(ids)}")
+            if m.devices and not m.enabled:
+                raise LocalClusterError(f"layout {self.name}: GPU {i} has MIG devices but MIG "
+                                        "disabled")
+            if len({(d.gi, d.ci) for d in m.devices}) != len(m.devices):
+                raise LocalClusterError(f"layout {self.name}: GPU {i}: duplicate (gi, ci)")
+        for i in list(self.boards) + list(self.utilization) + list(self.processes) + list(self.mig):
             if not 0 <= i < n:
                 raise LocalClusterError(f"layout {self.name}: GPU index {i} out of range 0..{n - 1}")
 
@@ -111,7 +174,47 @@ class Layout:
         lines += [f"util {i} {g} {m}" for i, (g, m) in sorted(self.utilization.items())]
         lines += [f"proc {i} {pid} {used}" for i, ps in sorted(self.processes.items())
                   for pid, used in ps]
+        for i, m in sorted(self.mig.items()):
+            pending = m.enabled if m.pending is None else m.pending
+            lines.append(f"mig {i} {int(m.enabled)} {int(pending)}")
+            lines += [f"giprofile {i} {p.index} {p.id} {p.slices} {p.instances} {p.sms} "
+                      f"{p.memory_mib} {p.name}" for p in m.profiles]
+            lines += [migdev_line(i, d) for d in m.devices]
         return "\n".join(lines) + "\n"
+
+    def caps_minors(self) -> Dict[Tuple[int, int, Optional[int]], int]:
+        """(GPU minor, gi, ci or None for the GPU instance) -> nvidia-cap minor: numbered
+        from 3 up in layout order (1 and 2 are mig/config and mig/monitor)."""
+        out: Dict[Tuple[int, int, Optional[int]], int] = {}
+        for i, m in sorted(self.mig.items()):
+            minor = self.gpus[i].minor
+            for d in m.devices:
+                for key in ((minor, d.gi, None), (minor, d.gi, d.ci)):
+                    out.setdefault(key, len(out) + 3)
+        return out
+
+    def write_proc(self, directory: Path) -> Tuple[Path, Path]:
+        """The driver's /proc files MIG discovery reads, in `directory`: a /proc/devices
+        naming the nvidia-caps major, and a /proc/driver/nvidia/capabilities tree whose
+        `access` files give each GPU and compute instance's nvidia-cap minor (as the
+        driver writes them). Returns (proc_devices, capabilities dir)."""
+        directory = Path(directory)
+        caps = directory / "capabilities"
+        (caps / "mig").mkdir(parents=True, exist_ok=True)
+        devices = directory / "devices"
+        devices.write_text("Character devices:\n  1 mem\n195 nvidia-frontend\n"
+                           f"{CAPS_MAJOR} nvidia-caps\n\nBlock devices:\n  7 loop\n")
+        _access(caps / "mig" / "config", CAPS_CONFIG, 0o400)
+        _access(caps / "mig" / "monitor", CAPS_MONITOR, 0o444)
+        for i in self.mig:
+            (caps / f"gpu{self.gpus[i].minor}" / "mig").mkdir(parents=True, exist_ok=True)
+        for (minor, gi, ci), cap in self.caps_minors().items():
+            path = caps / f"gpu{minor}" / "mig" / f"gi{gi}"
+            if ci is not None:
+                path = path / f"ci{ci}"
+            path.mkdir(parents=True, exist_ok=True)
+            _access(path / "access", cap, 0o444)
+        return devices, caps
 
     def write(self, directory: Optional[Path] = None) -> Path:
         self.validate()
@@ -140,6 +243,18 @@ class Layout:
         if not self.driver_loaded:
             env["FAKE_NVML_INIT_ERROR"] = str(DRIVER_NOT_LOADED)
         return env
+
+
+def migdev_line(index: int, d: FakeMigDevice) -> str:
+    """The config (and control) line of one MIG device of the GPU at NVML `index`."""
+    return f"migdev {index} {d.gi} {d.ci} {d.profile_id} {d.start} {d.uuid}"
+
+
+def _access(path: Path, minor: int, mode: int) -> None:
+    """One capability's file, in the driver's format (nvidia-container-toolkit reads
+    DeviceFileMinor from it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"DeviceFileMinor: {minor}\nDeviceFileMode: {mode}\nDeviceFileModify: 1\n")
 
 
 def _uuid(board: int, gpu: int) -> str:
@@ -187,6 +302,43 @@ def mixed() -> Layout:
                   boards={0: 0x81, 1: 0x81})
 
 
+def _mig_uuid(gpu: int, gi: int) -> str:
+    return f"MIG-{0x200 + gpu:08x}-{gi:04x}-5b1e-8d2a-0000{gpu:04x}{gi:04x}"
+
+
+def h200(index: int, minor: Optional[int] = None) -> FakeGpu:
+    minor = index if minor is None else minor
+    return FakeGpu(minor, _uuid(0x200, index), f"00000000:{0x06 + index:02X}:00.0",
+                   "NVIDIA H200", 143771 * 2**20, "9.0", 0x233510DE)
+
+
+def h200_mig_devices(gpu: int, layout: Sequence[Tuple[str, int, int]]) -> Tuple[FakeMigDevice, ...]:
+    """MIG devices from (profile name, gi, placement start), compute instance 0 each."""
+    ids = {p.name.split(" ", 1)[1]: p.id for p in H200_PROFILES}
+    return tuple(FakeMigDevice(gi, 0, ids[name], start, _mig_uuid(gpu, gi))
+                 for name, gi, start in layout)
+
+
+# an H200 in MIG mode as an operator would split one: three 1g.18gb and one 3g.71gb
+H200_MIXED = (("1g.18gb", 9, 0), ("1g.18gb", 10, 1), ("1g.18gb", 11, 2), ("3g.71gb", 2, 4))
+
+
+def h200mig() -> Layout:
+    """Two H200s: GPU 0 in MIG mode (1g.18gb x3 + 3g.71gb), GPU 1 with MIG disabled."""
+    return Layout("h200mig", [h200(0), h200(1)], driver="535.54.03", cuda=12020,
+                  topology={(0, 1): SYSTEM},
+                  mig={0: FakeMig(True, devices=h200_mig_devices(0, H200_MIXED)),
+                       1: FakeMig(False)})
+
+
+def h200single() -> Layout:
+    """Two H200s in MIG mode, each split into seven 1g.18gb (the `single` strategy's node)."""
+    sevens = [("1g.18gb", 7 + k, k) for k in range(7)]
+    return Layout("h200single", [h200(0), h200(1)], driver="535.54.03", cuda=12020,
+                  topology={(0, 1): SYSTEM},
+                  mig={i: FakeMig(True, devices=h200_mig_devices(i, sevens)) for i in (0, 1)})
+
+
 def nodriver() -> Layout:
     """libnvidia-ml.so.1 is installed but the kernel driver is not loaded."""
     return Layout("nodriver", k80().gpus, driver_loaded=False)
@@ -197,7 +349,8 @@ def nolib() -> Layout:
     return Layout("nolib", [], library=False)
 
 
-LAYOUTS = {"k80": k80, "v100x8": v100x8, "mixed": mixed, "nodriver": nodriver, "nolib": nolib}
+LAYOUTS = {"k80": k80, "v100x8": v100x8, "mixed": mixed, "nodriver": nodriver, "nolib": nolib,
+           "h200mig": h200mig, "h200single": h200single}
 
 
 def layout(name: str) -> Layout:

@@ -17,6 +17,14 @@
  *   power <i> <milliwatts>
  *   retired <i> <sbePages> <dbePages> <pending 0|1>
  *   remap <i> <correctable> <uncorrectable> <pending 0|1> <failure 0|1>
+ *   mig <i> <current 0|1> <pending 0|1>   (GPU i is MIG capable; its MIG mode)
+ *   giprofile <i> <profile> <id> <slices> <instances> <SMs> <memMiB> <name ...>
+ *                                 a GPU instance profile GPU i offers: <profile> is the
+ *                                 NVML_GPU_INSTANCE_PROFILE_* index, <id> the profile id
+ *                                 (as nvidia-smi mig -lgip: 1g.18gb is index 0, id 19)
+ *   migdev <i> <gi> <ci> <profileId> <start> <uuid>
+ *                                 a MIG device of GPU i: GPU instance <gi> of that profile at
+ *                                 placement <start>, with compute instance <ci> spanning it
  * <i>, <j> are NVML indices (the order of the gpu lines).
  * Lines starting with '#' are ignored.
  * $FAKE_NVML_INIT_ERROR=<nvmlReturn_t code> makes init fail (e.g. 9 = DRIVER_NOT_LOADED).
@@ -40,6 +48,7 @@
  *                                 NVML function answer only after <seconds> (a driver in
  *                                 trouble); the wait holds no lock, so other calls go on
  *   heal <function>               it answers normally again (no failure, no delay)
+ *   nomigdev <i> <gi> <ci>        that MIG device is destroyed (an operator reshaping MIG)
  * Events are delivered, as by the real library, only to event sets registered
  * before the line was read: a process that starts later sees the state the lines
  * made, not their events. The library is thread-safe (one lock).
@@ -66,6 +75,7 @@
 #define MAXSETS 16
 #define MAXQUEUE 1024
 #define MAXFAULTS 32
+#define MAXMIG 256
 #define SUPPORTED_EVENTS (nvmlEventTypeSingleBitEccError | nvmlEventTypeDoubleBitEccError | \
                           nvmlEventTypeXidCriticalError)
 
@@ -92,7 +102,17 @@ struct nvmlDevice_st {
     unsigned int retiredPending;
     unsigned int remapCorr, remapUnc, remapPending, remapFailure;
     int lost;
+    /* MIG: on a GPU, its mode and the profiles it offers; on a MIG device, where it is */
+    int migCapable;
+    unsigned int migCurrent, migPending;
+    struct { int set; unsigned int id, slices, instances, sms; unsigned long long memMiB;
+             char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE]; } giProfile[NVML_GPU_INSTANCE_PROFILE_COUNT];
+    int isMig;
+    unsigned int parent, giId, ciId, giProfileId, giStart;
 };
+
+/* A GPU instance handle names the MIG device (slot in migs[]) that holds it. */
+struct nvmlGpuInstance_st { unsigned int slot; };
 
 struct event_set {
     int used;
@@ -117,6 +137,9 @@ static int cudaVersion;
 static int initCount;
 static struct event_set sets[MAXSETS];
 static struct fault faults[MAXFAULTS];
+static struct nvmlDevice_st migs[MAXMIG];
+static struct nvmlGpuInstance_st gis[MAXMIG];
+static unsigned int nmigs;
 
 struct delay {
     char function[64];
@@ -176,6 +199,45 @@ static void drop_proc(struct nvmlDevice_st *d, unsigned int pid)
         }
 }
 
+
+/* --- MIG: the layout of a GPU's instances ----------------------------------------------- */
+
+static int profile_slot(struct nvmlDevice_st *g, unsigned int id)
+{
+    for (int p = 0; p < NVML_GPU_INSTANCE_PROFILE_COUNT; p++)
+        if (g->giProfile[p].set && g->giProfile[p].id == id) return p;
+    return -1;
+}
+
+static void drop_mig(unsigned int gpu, unsigned int gi, unsigned int ci)
+{
+    for (unsigned int k = 0; k < nmigs; k++)
+        if (migs[k].parent == gpu && migs[k].giId == gi && migs[k].ciId == ci) {
+            memmove(&migs[k], &migs[k + 1], (nmigs - k - 1) * sizeof migs[0]);
+            nmigs--;
+            return;
+        }
+}
+
+static void add_mig(unsigned int gpu, unsigned int gi, unsigned int ci, unsigned int profileId,
+                    unsigned int start, const char *uuid)
+{
+    struct nvmlDevice_st *g = device_at(gpu);
+    int p = g ? profile_slot(g, profileId) : -1;
+    if (p < 0) return;                     /* a profile the GPU does not offer: ignored */
+    drop_mig(gpu, gi, ci);
+    if (nmigs >= MAXMIG) return;
+    struct nvmlDevice_st *m = &migs[nmigs++];
+    memset(m, 0, sizeof *m);
+    m->isMig = 1;
+    m->parent = gpu; m->giId = gi; m->ciId = ci; m->giProfileId = profileId; m->giStart = start;
+    m->minor = g->minor;
+    m->memTotal = g->giProfile[p].memMiB << 20;
+    snprintf(m->uuid, sizeof m->uuid, "%s", uuid);
+    /* as NVML names a MIG device: the parent's name and the profile */
+    snprintf(m->name, sizeof m->name, "%.60s %.30s", g->name, g->giProfile[p].name);
+}
+
 /* One line of the config file or of the control file (`control`: events too). */
 static void apply_line(char *line, int control)
 {
@@ -228,6 +290,28 @@ static void apply_line(char *line, int control)
         if (sscanf(line + 6, "%u %u %u %u %u", &a, &n, &m, &p, &f) == 5 && (d = device_at(a))) {
             d->remapCorr = n; d->remapUnc = m; d->remapPending = p; d->remapFailure = f;
         }
+    } else if (!strncmp(line, "mig ", 4)) {
+        if (sscanf(line + 4, "%u %u %u", &a, &n, &m) == 3 && (d = device_at(a))) {
+            d->migCapable = 1; d->migCurrent = n; d->migPending = m;
+        }
+    } else if (!strncmp(line, "giprofile ", 10)) {
+        unsigned int id, slices, inst, sms;
+        unsigned long long mem;
+        int k = 0;
+        if (sscanf(line + 10, "%u %u %u %u %u %u %llu %n", &a, &p, &id, &slices, &inst, &sms, &mem, &k) >= 7
+            && k > 0 && (d = device_at(a)) && p < NVML_GPU_INSTANCE_PROFILE_COUNT) {
+            d->giProfile[p].set = 1; d->giProfile[p].id = id; d->giProfile[p].slices = slices;
+            d->giProfile[p].instances = inst; d->giProfile[p].sms = sms; d->giProfile[p].memMiB = mem;
+            snprintf(d->giProfile[p].name, sizeof d->giProfile[p].name, "%s", line + 10 + k);
+        }
+    } else if (!strncmp(line, "migdev ", 7)) {
+        unsigned int gi, ci, prof, start;
+        char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
+        if (sscanf(line + 7, "%u %u %u %u %u %79s", &a, &gi, &ci, &prof, &start, uuid) == 6)
+            add_mig(a, gi, ci, prof, start, uuid);
+    } else if (control && !strncmp(line, "nomigdev ", 9)) {
+        unsigned int gi, ci;
+        if (sscanf(line + 9, "%u %u %u", &a, &gi, &ci) == 3) drop_mig(a, gi, ci);
     } else if (control && !strncmp(line, "xid ", 4)) {
         if (sscanf(line + 4, "%u %u", &a, &n) == 2 && (d = device_at(a)))
             push_event(d, nvmlEventTypeXidCriticalError, n);
@@ -410,6 +494,7 @@ static nvmlReturn_t load_config(void)
     if (!f) return NVML_ERROR_DRIVER_NOT_LOADED;
     config_changed(path);
     ngpus = 0;
+    nmigs = 0;
     for (int i = 0; i < MAXGPU; i++)
         for (int j = 0; j < MAXGPU; j++)
             topo[i][j] = (i == j) ? NVML_TOPOLOGY_INTERNAL : NVML_TOPOLOGY_SYSTEM;
@@ -432,6 +517,14 @@ static nvmlReturn_t load_config(void)
 #define CHECK_INIT() do { if (initCount <= 0) return NVML_ERROR_UNINITIALIZED; } while (0)
 #define CHECK_DEV(d) do { CHECK_INIT(); if (!(d) || (d) < gpus || (d) >= gpus + ngpus) return NVML_ERROR_INVALID_ARGUMENT; \
                           if ((d)->lost) return NVML_ERROR_GPU_IS_LOST; } while (0)
+/* A GPU or a MIG device (whose parent's loss is its own). */
+#define CHECK_ANY(d) do { CHECK_INIT(); if (!valid_handle(d)) return NVML_ERROR_INVALID_ARGUMENT; \
+                          if ((d)->lost || ((d)->isMig && gpus[(d)->parent].lost)) return NVML_ERROR_GPU_IS_LOST; } while (0)
+
+static int valid_handle(nvmlDevice_t d)
+{
+    return d && ((d >= gpus && d < gpus + ngpus) || (d >= migs && d < migs + nmigs));
+}
 
 static nvmlReturn_t copy_str(char *dst, unsigned int len, const char *src)
 {
@@ -538,10 +631,10 @@ nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t d, unsigned int *index)
 { ENTER(); CHECK_DEV(d); if (!index) return NVML_ERROR_INVALID_ARGUMENT; *index = d->index; return NVML_SUCCESS; }
 
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char *uuid, unsigned int length)
-{ ENTER(); CHECK_DEV(d); return copy_str(uuid, length, d->uuid); }
+{ ENTER(); CHECK_ANY(d); return copy_str(uuid, length, d->uuid); }
 
 nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t d, char *name, unsigned int length)
-{ ENTER(); CHECK_DEV(d); return copy_str(name, length, d->name); }
+{ ENTER(); CHECK_ANY(d); return copy_str(name, length, d->name); }
 
 nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t d, nvmlPciInfo_t *pci)
 {
@@ -564,7 +657,7 @@ nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t d, nvmlPciInfo_t *p) { return nvm
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *mem)
 {
     ENTER();
-    CHECK_DEV(d);
+    CHECK_ANY(d);
     if (!mem) return NVML_ERROR_INVALID_ARGUMENT;
     unsigned long long used = 0;
     for (unsigned int i = 0; i < d->nprocs; i++) used += d->procUsed[i];
@@ -877,3 +970,151 @@ nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsi
 
 nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms)
 { return nvmlEventSetWait_v2(set, data, timeoutms); }
+
+/* --- MIG (Multi-Instance GPU), read only: the layout is the operator's ------------------- */
+
+nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t d, unsigned int *currentMode, unsigned int *pendingMode)
+{
+    ENTER();
+    CHECK_DEV(d);
+    if (!currentMode || !pendingMode) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!d->migCapable) return NVML_ERROR_NOT_SUPPORTED;
+    *currentMode = d->migCurrent; *pendingMode = d->migPending;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t d, unsigned int *count)
+{
+    ENTER();
+    CHECK_DEV(d);
+    if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+    *count = 0;                                 /* zero when MIG is not supported or enabled */
+    if (d->migCapable && d->migCurrent == NVML_DEVICE_MIG_ENABLE)
+        for (int p = 0; p < NVML_GPU_INSTANCE_PROFILE_COUNT; p++)
+            if (d->giProfile[p].set && d->giProfile[p].instances > *count) *count = d->giProfile[p].instances;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t d, unsigned int index, nvmlDevice_t *migDevice)
+{
+    ENTER();
+    CHECK_DEV(d);
+    if (!migDevice) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!d->migCapable || d->migCurrent != NVML_DEVICE_MIG_ENABLE) return NVML_ERROR_NOT_SUPPORTED;
+    unsigned int seen = 0;
+    for (unsigned int k = 0; k < nmigs; k++)
+        if (migs[k].parent == d->index && seen++ == index) { *migDevice = &migs[k]; return NVML_SUCCESS; }
+    return NVML_ERROR_NOT_FOUND;
+}
+
+nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t d, unsigned int *isMigDevice)
+{ ENTER(); CHECK_ANY(d); if (!isMigDevice) return NVML_ERROR_INVALID_ARGUMENT; *isMigDevice = (unsigned int)d->isMig; return NVML_SUCCESS; }
+
+nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t d, unsigned int *id)
+{
+    ENTER();
+    CHECK_ANY(d);
+    if (!id) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!d->isMig) return NVML_ERROR_NOT_SUPPORTED;
+    *id = d->giId;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t d, unsigned int *id)
+{
+    ENTER();
+    CHECK_ANY(d);
+    if (!id) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!d->isMig) return NVML_ERROR_NOT_SUPPORTED;
+    *id = d->ciId;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t migDevice, nvmlDevice_t *device)
+{
+    ENTER();
+    CHECK_ANY(migDevice);
+    if (!device || !migDevice->isMig) return NVML_ERROR_INVALID_ARGUMENT;
+    *device = &gpus[migDevice->parent];
+    return NVML_SUCCESS;
+}
+
+/* The profile at NVML_GPU_INSTANCE_PROFILE_* index `profile`, or why not. */
+static nvmlReturn_t gi_profile(nvmlDevice_t d, unsigned int profile, int *slot)
+{
+    if (profile >= NVML_GPU_INSTANCE_PROFILE_COUNT) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!d->migCapable || !d->giProfile[profile].set) return NVML_ERROR_NOT_SUPPORTED;
+    *slot = (int)profile;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(nvmlDevice_t d, unsigned int profile,
+                                                 nvmlGpuInstanceProfileInfo_t *info)
+{
+    ENTER();
+    CHECK_DEV(d);
+    int p;
+    if (!info) return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t r = gi_profile(d, profile, &p);
+    if (r != NVML_SUCCESS) return r;
+    memset(info, 0, sizeof *info);
+    info->id = d->giProfile[p].id;
+    info->sliceCount = d->giProfile[p].slices;
+    info->instanceCount = d->giProfile[p].instances;
+    info->multiprocessorCount = d->giProfile[p].sms;
+    info->memorySizeMB = d->giProfile[p].memMiB;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoV(nvmlDevice_t d, unsigned int profile,
+                                                  nvmlGpuInstanceProfileInfo_v2_t *info)
+{
+    ENTER();
+    CHECK_DEV(d);
+    int p;
+    if (!info) return NVML_ERROR_INVALID_ARGUMENT;
+    if (info->version != nvmlGpuInstanceProfileInfo_v2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    nvmlReturn_t r = gi_profile(d, profile, &p);
+    if (r != NVML_SUCCESS) return r;
+    memset(info, 0, sizeof *info);
+    info->version = nvmlGpuInstanceProfileInfo_v2;
+    info->id = d->giProfile[p].id;
+    info->sliceCount = d->giProfile[p].slices;
+    info->instanceCount = d->giProfile[p].instances;
+    info->multiprocessorCount = d->giProfile[p].sms;
+    info->memorySizeMB = d->giProfile[p].memMiB;
+    snprintf(info->name, sizeof info->name, "%s", d->giProfile[p].name);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t d, unsigned int id, nvmlGpuInstance_t *gpuInstance)
+{
+    ENTER();
+    CHECK_DEV(d);
+    if (!gpuInstance) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!d->migCapable || d->migCurrent != NVML_DEVICE_MIG_ENABLE) return NVML_ERROR_NOT_SUPPORTED;
+    for (unsigned int k = 0; k < nmigs; k++)
+        if (migs[k].parent == d->index && migs[k].giId == id) {
+            gis[k].slot = k;
+            *gpuInstance = &gis[k];
+            return NVML_SUCCESS;
+        }
+    return NVML_ERROR_NOT_FOUND;
+}
+
+nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t gpuInstance, nvmlGpuInstanceInfo_t *info)
+{
+    ENTER();
+    CHECK_INIT();
+    if (!info || !gpuInstance || gpuInstance < gis || gpuInstance >= gis + nmigs) return NVML_ERROR_INVALID_ARGUMENT;
+    struct nvmlDevice_st *m = &migs[gpuInstance->slot];
+    struct nvmlDevice_st *g = &gpus[m->parent];
+    int p = profile_slot(g, m->giProfileId);
+    memset(info, 0, sizeof *info);
+    info->device = g;
+    info->id = m->giId;
+    info->profileId = m->giProfileId;
+    info->placement.start = m->giStart;
+    info->placement.size = p >= 0 ? g->giProfile[p].slices : 0;
+    return NVML_SUCCESS;
+}

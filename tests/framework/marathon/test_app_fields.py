@@ -203,3 +203,21 @@ def test_adding_and_removing_health_checks_are_events(tmp_path):
                         ("remove_health_check_event", "/a", "TCP")]
     finally:
         store.close()
+
+
+def test_mig_profile_is_read_checked_written_and_travels_in_the_task():
+    app = ok(gpus=2, migProfile="1g.18gb")
+    assert app["migProfile"] == "1g.18gb"
+    assert app_model.to_json(versioned(app))["migProfile"] == "1g.18gb"
+    assert "migProfile" not in app_model.to_json(versioned(ok(gpus=1)))
+    spec = task_builder.task_spec(versioned(app), "a.1")
+    assert (spec.gpus, spec.mig_profile) == (2, "1g.18gb")
+
+
+@pytest.mark.parametrize("fields, words", [
+    ({"gpus": 0, "migProfile": "1g.18gb"}, "gpus must be 1 or more"),
+    ({"gpus": 1, "migProfile": "big"}, "must be a MIG profile such as 1g.18gb"),
+    ({"gpus": 1, "migProfile": 7}, "error.expected.jsstring"),
+])
+def test_a_bad_mig_profile_is_refused_naming_it(fields, words):
+    refused("/migProfile", words, **fields)

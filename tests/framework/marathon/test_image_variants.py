@@ -223,7 +223,7 @@ def test_an_index_changed_between_selection_and_launch_is_caught_by_the_executor
     registry, api = bed.registry, client_of(framework)
     first = push_variants(registry, "cv/moving", "1", [("generic", []), ("old-k80", ["nv-compute-3-7"])])
     image = registry.reference("cv/moving", "1")
-    scheduler = framework.scheduling.scheduler
+    scheduler = framework.scheduler
     original = scheduler._call
     moved = {}
 
@@ -390,7 +390,7 @@ def test_a_registry_killed_between_selection_and_launch_holds_the_launch_back(be
     the retry waits for the registry, then runs the variant."""
     registry, api = bed.registry, client_of(framework)
     pushed = push_variants(registry, "cv/killed", "1", VARIANTS[:2])
-    scheduler = framework.scheduling.scheduler
+    scheduler = framework.scheduler
     original = scheduler._call
     killed = []
 

@@ -1,6 +1,7 @@
 """The daemon killed with SIGKILL (mid-operation, at each crash point) and
-restarted: live containers keep their GPUs and their kernel rules, dead ones
-give them back, no GPU is ever open to two live containers, none is lost."""
+restarted: live containers keep their GPUs and their kernel rules, ended ones
+stay their living owner's until its cleanup, those of a dead owner give them
+back, no GPU is ever open to two live containers, none is lost."""
 import os
 import signal
 from pathlib import Path
@@ -28,33 +29,38 @@ def _assert_consistent(agent, probes, dev_dir):
 
 
 @pytest.mark.parametrize("device_cgroup", ["v1", "v2"])
-def test_sigkill_then_restart_keeps_live_and_releases_dead(
+def test_sigkill_then_restart_keeps_live_and_ended_until_cleanup(
         daemon_factory, probers, dev_dir, device_cgroup):
     agent = daemon_factory("v100x8", device_cgroup=device_cgroup)
     c = agent.client
-    live, dead = new_prober(probers), new_prober(probers)
+    live, ended = new_prober(probers), new_prober(probers)
     a = c.prepare("live", 2)
     c.isolate("live", pid=live.pid)
-    b = c.prepare("dead", 3)
-    c.isolate("dead", pid=dead.pid)
+    b = c.prepare("ended", 3)
+    c.isolate("ended", pid=ended.pid)
     pending = c.prepare("pending", 1)                  # prepared, not isolated yet
-    dead.close()                                       # its task exits; nobody cleans up
+    ended.close()                  # its task exits; its owner (this test) cleans up later
     agent = _restart(agent, daemon_factory, device_cgroup=device_cgroup)
-    assert "ledger recovered: 2 containers, 3 GPUs; 1 stale container(s) released" in agent.log()
+    assert ("ledger recovered: 3 containers, 6 GPUs; 1 ended container(s) kept until their "
+            "living owner's cleanup") in agent.log()
     info = agent.client.info()
     assert info["containers"]["live"]["gpus"] == minors_of(a)
     assert info["containers"]["pending"]["gpus"] == minors_of(pending)
-    assert "dead" not in info["containers"]
-    assert set(minors_of(b)) <= set(info["free"])
+    assert info["containers"]["ended"]["gpus"] == minors_of(b)     # its owner still holds it
+    assert not set(minors_of(b)) & set(info["free"])
     assert open_gpus(live, dev_dir) == only(minors_of(a))
     # the pending container can still be isolated after the restart
     p = new_prober(probers)
     agent.client.isolate("pending", pid=p.pid)
     _assert_consistent(agent, {"live": live, "pending": p}, dev_dir)
-    assert not any(Path(m, agent.args[5], "dead").exists() for m in VERSION_MOUNTS.values())
+    # the owner's cleanup gives the ended one's GPUs back
+    assert sorted(agent.client.cleanup("ended").released) == sorted(minors_of(b))
+    assert set(minors_of(b)) <= set(agent.client.info()["free"])
+    assert not any(Path(m, agent.args[5], "ended").exists() for m in VERSION_MOUNTS.values())
 
 
-@pytest.mark.parametrize("point", ["prepare:after_ledger", "isolate:after_move",
+@pytest.mark.parametrize("point", ["prepare:after_ledger", "isolate:before_move",
+                                   "isolate:after_move",
                                    "update:after_ledger", "update:after_kernel",
                                    "cleanup:after_kernel"])
 def test_crash_at_each_point_recovers_consistently(daemon_factory, probers, dev_dir, point):
@@ -79,15 +85,23 @@ def test_crash_at_each_point_recovers_consistently(daemon_factory, probers, dev_
     agent = _restart(agent, daemon_factory)
     probes = {"other": other}
     info = agent.client.info()
-    if victim.alive():
-        assert "victim" in info["containers"]
-        if info["containers"]["victim"]["state"] == "isolated":
-            probes["victim"] = victim
-    else:
-        assert "victim" not in info["containers"]
+    assert "victim" in info["containers"]        # its owner (this test) lives: still its
+    if info["containers"]["victim"]["state"] == "isolated" and victim.alive():
+        probes["victim"] = victim
     _assert_consistent(agent, probes, dev_dir)
     if op == "prepare":                     # the answer was lost, the record was not
         assert info["containers"]["victim"]["state"] == "prepared"
+    if point == "isolate:before_move":      # the half-made cgroup is gone: isolate anew
+        assert info["containers"]["victim"]["state"] == "prepared"
+        assert not any(Path(m, agent.args[5], "victim").exists()
+                       for m in VERSION_MOUNTS.values())
+    if op == "isolate":                     # the executor asks the same isolate again
+        agent.client.isolate("victim", pid=victim.pid)
+        assert agent.client.info()["containers"]["victim"]["placed"]["pid"] == victim.pid
+        _assert_consistent(agent, {**probes, "victim": victim}, dev_dir)
+    if op == "cleanup":                     # and the same cleanup again
+        agent.client.cleanup("victim")
+        assert "victim" not in agent.client.info()["containers"]
     if point == "update:after_kernel":      # shrink applied in the kernel, not in the ledger
         assert len(info["containers"]["victim"]["gpus"]) == 1
         assert "narrowed to what the kernel allows" in agent.log()

@@ -82,8 +82,12 @@ def test_recovery_against_the_engine(daemon_factory, docker_engine, busybox_imag
         agent.kill9()
         started["dk-dead"][0].kill()
         agent = daemon_factory("v100x8", extra=extra, work_dir=agent.work_dir)
-        assert "ledger recovered: 3 containers, 4 GPUs; 1 stale container(s) released" \
-            in agent.log()
+        # dk-dead ended, and its owner (this test) lives: still its, until its cleanup
+        assert ("ledger recovered: 4 containers, 6 GPUs; 1 ended container(s) kept until "
+                "their living owner's cleanup") in agent.log()
+        info = agent.client.info()
+        assert info["containers"]["dk-dead"]["gpus"] == started["dk-dead"][1]
+        assert sorted(agent.client.cleanup("dk-dead").released) == started["dk-dead"][1]
         info = agent.client.info()
         assert info["containers"]["dk-live"]["gpus"] == started["dk-live"][1]
         assert info["containers"]["dk-adopt"]["docker_id"] == started["dk-adopt"][0].id
@@ -100,10 +104,11 @@ def test_recovery_against_the_engine(daemon_factory, docker_engine, busybox_imag
         assert "keeping the GPUs of Docker containers until it answers" in blind.log()
         assert "3 Docker container(s) kept unverified" in blind.log()
         assert blind.client.info()["containers"]["dk-live"]["gpus"] == started["dk-live"][1]
-        # once it answers again, the dead one goes
+        # once it answers again, the ended one waits for its owner's cleanup
         blind.kill9()
         agent = daemon_factory("v100x8", extra=extra, work_dir=agent.work_dir)
-        assert "dk-live" not in agent.client.info()["containers"]
+        assert "1 ended container(s) kept until their living owner's cleanup" in agent.log()
+        assert list(agent.client.cleanup("dk-live").released) == started["dk-live"][1]
         assert list(agent.client.cleanup("dk-adopt").released) == started["dk-adopt"][1]
     finally:
         for container, _ in started.values():

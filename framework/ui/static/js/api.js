@@ -2,13 +2,21 @@
 // client (HTTP basic, or a bearer token), kept for this browser tab only
 // (sessionStorage), sent explicitly with each request. `credentials: "omit"`
 // keeps the browser's own login prompt and cookies out of it.
+//
+// A page opened as http://user:password@host/ui/ has those credentials in its
+// own URL, and fetch refuses any URL that carries some ("Request cannot be
+// constructed from a URL that includes credentials"), a relative one too: it
+// takes them from the page's. So each request's URL is made of the page's
+// origin and a path alone, and credentials found in the page's URL sign the tab
+// in (wrong ones get the sign-in form, as any).
 
 (function (ui) {
   "use strict";
 
   const KEY = "mesos-gpu.authorization";
-  // The API's root: the page lives at <root>/ui/, so a proxy prefix carries over.
-  const ROOT = new URL("../", document.baseURI);
+  // The API's root, a path: the page lives at <root>/ui/, so a proxy prefix carries over.
+  const PAGE = new URL(document.baseURI);
+  const ROOT = new URL("../", PAGE).pathname;
 
   class ApiError extends Error {
     constructor(status, body, text) {
@@ -39,6 +47,10 @@
     if (value) sessionStorage.setItem(KEY, value); else sessionStorage.removeItem(KEY);
   }
 
+  if (!authorization && PAGE.username) {
+    setAuthorization(basic(decodeURIComponent(PAGE.username), decodeURIComponent(PAGE.password)));
+  }
+
   function hasAuthorization() { return Boolean(authorization); }
 
   function storedAuthorization() { return authorization; }
@@ -49,7 +61,7 @@
     return out;
   }
 
-  function url(path) { return new URL(path.replace(/^\//, ""), ROOT); }
+  function url(path) { return new URL(ROOT + path.replace(/^\//, ""), location.origin); }
 
   // One call: the parsed JSON answer; ApiError for any other status (its JSON
   // body kept: 422 details, 409 deployments), AuthRequired for 401.

@@ -13,7 +13,7 @@ ENV = "MESOS_GPU_CRASH_AT"
 _armed = os.environ.get(ENV, "")
 log = logging.getLogger("mesos-gpu.agent")
 
-POINTS = ("prepare:after_ledger", "isolate:after_move",
+POINTS = ("prepare:after_ledger", "isolate:before_move", "isolate:after_move",
           "update:after_ledger", "update:after_kernel", "cleanup:after_kernel",
           "release:after_stop", "gpu_fault:after_record")
 

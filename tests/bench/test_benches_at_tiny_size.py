@@ -1,0 +1,92 @@
+"""Every bench in bench/ at a tiny size, so that a renamed concept breaks a test and not
+a measurement nobody runs: each runs as the operator runs it (a subprocess of the
+script, real daemons, real cgroups, the fake NVML) and must print its figures and
+its baseline ratio. bench/gpu_task_overhead.py has its own file, the model of these."""
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.bed import REPO
+
+NUM = r"[0-9]+(?:\.[0-9]+)?"
+
+# script -> (tiny arguments, patterns its output must hold: figures, then the ratio)
+TINY = {
+    "agent_api_load.py": (
+        ["--seconds", "0.3", "--clients", "1,4"],
+        [rf"^ +1 +{NUM} +1\.00x +{NUM} +{NUM} +1\.00x +0$",          # no failed cycle
+         rf"^ +4 +{NUM} +{NUM}x +{NUM} +{NUM} +{NUM}x +0$"]),
+    "failover.py": (
+        ["--rounds", "1", "--session-timeout-ms", "1000"],
+        [rf"^ +1 +{NUM} +{NUM} +{NUM} +0 +0$",                        # none lost, none twice
+         rf"median failover {NUM} s vs median session expiry {NUM} s: {NUM}x"]),
+    "gpu_metrics.py": (
+        ["--scrapes", "5", "--idle", "1", "--events", "2"],
+        [rf"/metrics over TCP +{NUM} ms CPU per scrape, wall p50 {NUM} ms",
+         rf"XID -> GPU unhealthy +p50 +{NUM} ms, p99 +{NUM} ms over 2 injections",
+         rf"bare nvmlEventSetWait +p50 +{NUM} ms",
+         rf"ratio +p50 x{NUM}, p99 x{NUM}"]),
+    "isolator_cycle.py": (
+        ["--cycles", "5"],
+        [rf"^{mode} +{NUM} +{NUM} +{NUM}x +{NUM} +{NUM}x" for mode in ("v1", "v2", r"v1\+v2")]),
+    "launch_overhead.py": (
+        ["--runs", "1"],
+        [rf"plain docker run +{NUM}ms", rf"ours \(GPU, volume\) +{NUM}ms",
+         rf"ratio ours / plain +{NUM} +{NUM}"]),
+    "ledger_recovery.py": (
+        ["--containers", "20"],
+        [rf"^v1 +{NUM} +{NUM} +{NUM} +- +-$", rf"^v2 +{NUM} +{NUM} +{NUM} +- +-$",
+         rf"^v1\+v2 +{NUM} +{NUM} +{NUM} +{NUM} +2$"]),                 # 10% dead: 2 released
+    "marathon_api.py": (
+        ["--apps", "5", "--gets", "5", "--posts", "5", "--health-apps", "1"],
+        [rf"POST /v2/apps \(5\) +{NUM} req/s", rf"ratio ours/floor +{NUM} x tput",
+         rf"MESOS_HTTP \(executor\) +all running +{NUM} s +deployment done +{NUM} s +"
+         rf"ratio to no check +{NUM} x"]),
+    "placement.py": (
+        ["--sizes", "20x5"],
+        [rf"20 tasks x +5 offers \| grouped matcher: +{NUM} s CPU, +{NUM} placed.*"
+         rf"first-fit: +{NUM} s CPU.*speed-up x{NUM}"]),
+    "scale.py": (
+        ["--nodes", "2", "--apps", "2", "--instances", "2", "--kill", "1", "--samples", "5"],
+        [rf"submit -> all TASK_RUNNING +{NUM} s +{NUM} s +{NUM}x",
+         rf"framework CPU s +{NUM} +{NUM} +{NUM}x",
+         rf"executor RSS per task MiB +{NUM} +{NUM} +{NUM}x",
+         rf"GET /v2/tasks +p50 ms +{NUM} +p99 ms +{NUM}", rf"GET /v1/nodes +p50 ms +{NUM}",
+         rf"1 agents SIGKILLed: lost tasks running again +{NUM} s.*granted twice: 0",
+         rf"scale to 0: every GPU free +{NUM} s", r"^left behind: nothing$"]),
+    "ui_page_load.py": (
+        ["--apps", "5", "--nodes", "3", "--samples", "3"],
+        [rf"page load, nodes view, unchanged +p50 +{NUM} ms",
+         rf"ratio page/GET /v2/apps +p50 +{NUM} x"]),
+    "variant_selection.py": (
+        ["--offers", "20", "--variants", "3", "--repeat", "1"],
+        [rf"20 offers .* selection: plain matcher +{NUM} s CPU \(20 placed\), with variants "
+         rf"+{NUM} s CPU \(20 placed, pinned\) \| ratio x{NUM}"]),
+    "volume_build.py": (
+        ["--runs", "1"],
+        [rf"\[one driver\] ratio cp -a / builder: +{NUM} x",
+         rf"\[two drivers\] ratio cp -a / builder: +{NUM} x"]),
+}
+OWN_FILE = {"gpu_task_overhead.py", "mig_placement.py"}   # tests/bench/test_<name>.py
+
+
+def test_every_bench_has_a_tiny_run():
+    """A bench added without a tiny run here fails this test (a helper module that is
+    no script, such as in_process_api.py, has no __main__ and is not a bench)."""
+    scripts = {p.name for p in (REPO / "bench").glob("*.py")
+               if '__name__ == "__main__"' in p.read_text()}
+    assert scripts - OWN_FILE - set(TINY) == set()
+    assert set(TINY) - scripts == set()
+
+
+@pytest.mark.parametrize("script", sorted(TINY))
+def test_the_bench_runs_at_a_tiny_size_and_prints_its_figures(script):
+    args, patterns = TINY[script]
+    r = subprocess.run([sys.executable, str(REPO / "bench" / script), *args],
+                       capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for pattern in patterns:
+        assert re.search(pattern, r.stdout, re.MULTILINE), \
+            f"{script} printed no line matching {pattern!r}:\n{r.stdout}\n{r.stderr[-2000:]}"
