@@ -25,7 +25,7 @@ export PYTHONPATH=$PWD/.gpu/site:$PWD PYTHONUNBUFFERED=1
 MPS_CONTROL=/usr/local/nvidia/bin/nvidia-cuda-mps-control
 [ -x "$MPS_CONTROL" ] || MPS_CONTROL=$(command -v nvidia-cuda-mps-control)
 export MPS_CONTROL
-timeout 230 python3 - <<'PY' 2>&1 | tee "$OUT/mps-check.txt"
+timeout 420 python3 - <<'PY' 2>&1 | tee "$OUT/mps-check.txt"
 import json, os, subprocess, sys, tempfile, time, uuid
 from pathlib import Path
 
