@@ -69,7 +69,8 @@ TINY = {
         [rf"\[one driver\] ratio cp -a / builder: +{NUM} x",
          rf"\[two drivers\] ratio cp -a / builder: +{NUM} x"]),
 }
-OWN_FILE = {"gpu_task_overhead.py", "mig_placement.py"}   # tests/bench/test_<name>.py
+OWN_FILE = {"gpu_task_overhead.py", "mig_placement.py",
+            "share_placement.py"}                   # tests/bench/test_<name>.py
 
 
 def test_every_bench_has_a_tiny_run():
