@@ -32,6 +32,8 @@ from typing import Dict, Optional, Sequence
 from isolator.cgroups import cgroup_host
 from isolator.discovery import platform_features
 from isolator.client import AgentClient
+from isolator.sharing import compute_mode
+from common.errors import UserError
 from localcluster import device_nodes
 from localcluster.processes import remove_cgroup_tree
 from localcluster import driver_files, fake_nvml
@@ -218,6 +220,14 @@ class GpuNode:
                 os.kill(pid, signal.SIGKILL)
             except (OSError, ValueError, subprocess.TimeoutExpired):
                 pass
+        if not self.simulated:                 # a real GPU: its compute mode as it was
+            for mps_dir in (self.work_dir / "mps").glob("nvidia*"):
+                if mps_dir.name[len("nvidia"):].isdigit():
+                    try:
+                        compute_mode.restore(None, int(mps_dir.name[len("nvidia"):]),
+                                             str(mps_dir))
+                    except UserError:
+                        pass
 
     def __enter__(self) -> "GpuNode":
         return self.start()

@@ -17,7 +17,9 @@
 #      daemon, not at 25 (what --mps_max_share above the granularity means)
 #   C. the default (--mps_max_share = granularity 0.25): a 0.25 task alone, then one
 #      that raises its thread percentage to 100 and its memory limit to 1000G: it gets
-#      no more SMs and no more memory (the control daemon's caps)
+#      no more SMs and no more memory (the control daemon's caps); then one that unsets
+#      its CUDA_MPS_PIPE_DIRECTORY to leave MPS: the GPU is EXCLUSIVE_PROCESS while shared,
+#      so it gets no context beside the MPS server; the compute mode after the node ends
 set -u
 OUT=${OUT:-/tmp/mesos-gpu-mps}
 mkdir -p "$OUT"
@@ -170,9 +172,19 @@ with node_with() as node:
                   raise_env=("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100",
                              "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=1000G")).finish()
     show("0.25 raising its own env to 100 % and 1000G, alone", raised)
+    bypass = Task(node, 0.25, time.time() + LEAD,
+                  raise_env=("-u", "CUDA_MPS_PIPE_DIRECTORY")).finish()
+    show("0.25 leaving MPS (its CUDA_MPS_PIPE_DIRECTORY unset; the GPU is EXCLUSIVE_PROCESS)",
+         bypass)
+    mode = subprocess.run(["nvidia-smi", "--query-gpu=compute_mode", "--format=csv,noheader"],
+                          capture_output=True, text=True).stdout.strip()
+    print(f"  compute mode while shared: {mode}", flush=True)
     if "tflops" in honest and "tflops" in raised:
         print(f"  raised / honest: {raised['tflops'] / honest['tflops']:.3f} (1.0: it got no more); "
               f"memory over the cap ({cap + 4:g} GiB): {raised.get(f'alloc {cap + 4:g} GiB')}")
+mode = subprocess.run(["nvidia-smi", "--query-gpu=compute_mode", "--format=csv,noheader"],
+                      capture_output=True, text=True).stdout.strip()
+print(f"  compute mode after the node's end: {mode}", flush=True)
 print(f"== done in {time.time() - started:.0f} s", flush=True)
 PY
 echo "exit ${PIPESTATUS[0]}" | tee -a "$OUT/mps-check.txt"

@@ -41,7 +41,7 @@ from isolator.allocation.ledger import Ledger
 from isolator.daemon.reconciler import Reconciler
 from isolator.daemon.server import AgentServer
 from isolator.daemon.service import AgentService
-from isolator.sharing import mps_control, plan as share_plan
+from isolator.sharing import compute_mode, mps_control, plan as share_plan
 from common.errors import UserError
 
 log = logging.getLogger("mesos-gpu.agent")
@@ -171,7 +171,10 @@ def _mps_controls(args, shares: share_plan.SharePlan, volume: Optional[Dict]) ->
                                          s.memory_cap)
         try:
             control.start()
-        except (mps_control.MpsError, OSError) as e:
+            compute_mode.make_exclusive(args.nvml_library, minor, control.dir)
+            control.compute_mode = compute_mode.NAMES.get(
+                compute_mode.current(args.nvml_library, minor), "?")
+        except (mps_control.MpsError, OSError, UserError) as e:
             for started in [*controls.values(), control]:
                 started.stop()
             raise UserError(f"GPU {s.gpu.index} (--shared_gpus, --sharing=mps): {e}") from None
@@ -190,6 +193,10 @@ def _quit_unshared(args, service: AgentService) -> None:
         if minor.isdigit() and int(minor) not in service.mps:
             control = mps_control.MpsControl("", root, int(minor), "", 100, 0)
             control.stop_adopted()
+            try:
+                compute_mode.restore(args.nvml_library, int(minor), control.dir)
+            except UserError as e:
+                log.warning("%s (it stays as it is)", e)
 
 
 def _housekeeping(service: AgentService, stop: threading.Event, sync_every: float) -> None:

@@ -72,6 +72,7 @@ class MpsControl:
         self.pid: Optional[int] = None
         self._child: Optional[subprocess.Popen] = None
         self.restarts = 0
+        self.compute_mode = ""                  # the GPU's, read back once set (compute_mode.py)
         self.lock = threading.Lock()
 
     def env(self) -> Dict[str, str]:
@@ -252,7 +253,7 @@ class MpsControl:
         return {"uuid": self.uuid, "pid": self.pid, "alive": self.alive(),
                 "pipe_dir": self.pipe_dir, "log_dir": self.log_dir,
                 "thread_cap": self.thread_cap, "memory_cap": self.memory_cap,
-                "restarts": self.restarts}
+                "restarts": self.restarts, "compute_mode": self.compute_mode}
 
 
 def watch(controls: List[MpsControl], stop: threading.Event, interval: float,

@@ -138,6 +138,10 @@ static int initCount;
 static struct event_set sets[MAXSETS];
 static struct fault faults[MAXFAULTS];
 static struct nvmlDevice_st migs[MAXMIG];
+/* Each GPU's nvmlComputeMode_t (DEFAULT until set). Kept across nvmlShutdown/nvmlInit,
+ * as a real GPU keeps it, but in this process only: the daemon that sets it reads it
+ * back itself. */
+static unsigned int computeModes[MAXGPU];
 static struct nvmlGpuInstance_st gis[MAXMIG];
 static unsigned int nmigs;
 
@@ -980,6 +984,26 @@ nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t d, unsigned int *currentMode, uns
     if (!currentMode || !pendingMode) return NVML_ERROR_INVALID_ARGUMENT;
     if (!d->migCapable) return NVML_ERROR_NOT_SUPPORTED;
     *currentMode = d->migCurrent; *pendingMode = d->migPending;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t d, nvmlComputeMode_t *mode)
+{
+    ENTER();
+    CHECK_DEV(d);
+    if (!mode) return NVML_ERROR_INVALID_ARGUMENT;
+    *mode = (nvmlComputeMode_t)computeModes[d - gpus];
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceSetComputeMode(nvmlDevice_t d, nvmlComputeMode_t mode)
+{
+    ENTER();
+    CHECK_DEV(d);
+    /* EXCLUSIVE_THREAD (1) is gone from current drivers: the real one refuses it too */
+    if ((unsigned int)mode >= NVML_COMPUTEMODE_COUNT || mode == NVML_COMPUTEMODE_EXCLUSIVE_THREAD)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    computeModes[d - gpus] = (unsigned int)mode;
     return NVML_SUCCESS;
 }
 

@@ -33,6 +33,12 @@ def test_a_share_gets_its_gpu_its_pipe_and_the_caps_the_control_daemon_enforces(
     info = agent.client.info()
     assert info["free"] == [0, 1]                 # whole GPUs: the shared ones are not among them
     assert set(info["shared"]) == {"2", "3"}
+    # only the MPS server may hold a context on a GPU shared under MPS: a task cannot
+    # leave MPS (and its caps) by unsetting its pipe directory; the mode before is kept
+    assert info["shared"]["3"]["mps_control"]["compute_mode"] == "EXCLUSIVE_PROCESS"
+    assert (agent.work_dir / "mps/nvidia3/compute_mode.before").read_text() == "0\n"
+    assert "GPU /dev/nvidia3: compute mode DEFAULT -> EXCLUSIVE_PROCESS while it is shared " \
+           "under MPS" in agent.log()
     grant = agent.client.prepare("a", 0, share=ShareRequest(0.25, gpu=3))
     assert [g.index for g in grant.gpus] == [3]
     assert grant.share.fraction == 0.25 and grant.share.sharing == "mps"
@@ -109,6 +115,10 @@ def test_a_gpu_no_longer_shared_has_its_control_daemon_quit(daemon_factory, work
     waiting.wait_until(lambda: not alive(pids["nvidia3"]), timeout=10,
                        what="GPU 3's control daemon quit")
     assert agent.client.info()["free"] == [0, 1, 3]
+    # its compute mode set back to the one it had (DEFAULT), and nothing left to restore
+    assert "GPU /dev/nvidia3: compute mode back to DEFAULT (no longer shared under MPS)" \
+        in agent.log()
+    assert not (agent.work_dir / "mps/nvidia3/compute_mode.before").exists()
 
 
 def test_a_killed_control_daemon_is_restarted_and_its_tenants_are_stopped(daemon_factory, work_dir, mps_program):
