@@ -22,6 +22,7 @@ class ApiContext:
     leadership: Leadership
     metrics: Metrics
     gpu_health: Any = None            # framework.health.gpu_health.GpuHealthView (GET /v2/nodes)
+    gpu_sharing: Any = None           # () -> dict: GET /v2/info/gpu_sharing (fractional GPUs)
 
     @classmethod
     def build(cls, registry: Registry, policy: DockerPolicy, info: Callable[[], dict],

@@ -1,4 +1,5 @@
-"""`/ping`, `/v2/info`, `/v2/leader`, `/metrics` and `/logging`: the instance itself."""
+"""`/ping`, `/v2/info` (and our `/v2/info/gpu_sharing`), `/v2/leader`, `/metrics` and
+`/logging`: the instance itself."""
 import logging
 import threading
 from typing import Any, Dict, Optional
@@ -22,6 +23,7 @@ def register(router: Router, api: ApiContext) -> None:
     s = SystemResource(api)
     router.add(r"/ping", GET=s.ping)
     router.add(r"/v2/info", GET=s.info)
+    router.add(r"/v2/info/gpu_sharing", GET=s.gpu_sharing)
     router.add(r"/v2/leader", GET=s.leader, DELETE=s.abdicate)
     router.add(r"/metrics", GET=s.metrics)
     router.add(r"/metrics/prometheus", GET=s.prometheus)
@@ -41,6 +43,13 @@ class SystemResource:
 
     def info(self, r: Request) -> Response:
         return Response(200, self.api.info())
+
+    def gpu_sharing(self, r: Request) -> Response:
+        """Fractional GPUs: what each sharing isolates, said plainly, and the agents
+        sharing GPUs and how (ours; /v2/info keeps Marathon's shape)."""
+        if self.api.gpu_sharing is None:
+            return Response(404, message("no GPU sharing view on this instance"))
+        return Response(200, self.api.gpu_sharing())
 
     # -- leader ---------------------------------------------------------------------------
     def leader(self, r: Request) -> Response:

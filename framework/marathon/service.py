@@ -300,6 +300,9 @@ class FrameworkService:
         self.api = MarathonApi(ApiContext.build(self.registry, self.policy, self.info,
                                                 self.leadership, self.metrics))
         self.api.context.gpu_health = getattr(self.scheduler, "gpu_health", None)
+        # beside /v2/info, not in it: Marathon clients (marathon-python) refuse keys of
+        # /v2/info they do not know
+        self.api.context.gpu_sharing = self.gpu_sharing
         if self.api.context.gpu_health is not None:     # the dashboard follows GPU health live
             self.api.context.gpu_health.on_change(
                 lambda agents: self.events.publish("gpu_health_changed_event", agentIds=agents))
@@ -455,10 +458,9 @@ class FrameworkService:
             },
             "zookeeper_config": self.zk.describe() if self.zk is not None else {},
             "http_config": {"http_port": port, "https_port": None},
-            "gpu_sharing": self._gpu_sharing(),
         }
 
-    def _gpu_sharing(self) -> dict:
+    def gpu_sharing(self) -> dict:
         """Fractional GPUs ("gpus": 0.25): what each sharing isolates, said plainly, and
         the agents seen offering shared GPUs (isolator/sharing)."""
         agents = []

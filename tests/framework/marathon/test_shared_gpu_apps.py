@@ -76,8 +76,11 @@ def test_two_quarter_shares_run_on_the_shared_gpu_and_give_it_back(agent, node, 
             assert env["NVIDIA_VISIBLE_DEVICES"] == shared_uuid
             assert env["CUDA_VISIBLE_DEVICES"] == "0"
         assert api.get("/v2/apps/infer").json["app"]["gpus"] == 0.25
-        # /v2/info says plainly what sharing isolates, and which agents share how
-        sharing = api.get("/v2/info").json["gpu_sharing"]
+        # /v2/info/gpu_sharing says plainly what sharing isolates, and which agents share
+        # how; /v2/info itself keeps Marathon's shape (marathon-python refuses other keys)
+        assert "gpu_sharing" not in api.get("/v2/info").json
+        assert "fractional_gpus" in api.get("/v2/info").json["marathon_config"]["features"]
+        sharing = api.get("/v2/info/gpu_sharing").json
         assert "memory and faults" not in sharing["isolation"]["mps"]
         assert sharing["isolation"]["time-slicing"].startswith("nothing: ")
         assert [(a["sharing"], a["granularity"], a["maxShare"]) for a in sharing["agents"]] \
