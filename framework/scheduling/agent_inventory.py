@@ -20,6 +20,7 @@ from typing import Any, Iterable, Mapping, Optional
 
 from framework.tasks.constraints import offer_fields
 from framework.scheduling.matching import unreserved_scalars
+from isolator.api import MIG_RESOURCE_PREFIX
 
 
 @dataclass
@@ -33,9 +34,13 @@ class AgentSeen:
     last_offer: float = 0.0
     lost_at: Optional[float] = None   # the master said it was removed
     uuids: tuple[str, ...] = ()       # every GPU UUID seen on it, in the order seen
+    # MIG devices of a mixed node by profile (its mig-<profile> resources): offered + held
+    # by our tasks, at the last offer
+    mig: dict[str, int] = field(default_factory=dict)
 
     def copy(self) -> "AgentSeen":
-        return replace(self, fields=dict(self.fields), offered=dict(self.offered))
+        return replace(self, fields=dict(self.fields), offered=dict(self.offered),
+                       mig=dict(self.mig))
 
 
 class AgentInventory:
@@ -48,9 +53,11 @@ class AgentInventory:
         self.generation = 0
 
     def saw_offers(self, offers: Iterable[Mapping[str, Any]],
-                   held_gpus: Mapping[str, int]) -> None:
+                   held_gpus: Mapping[str, int],
+                   held_mig: Optional[Mapping[str, Mapping[str, int]]] = None) -> None:
         """Offers of one batch; `held_gpus`: agent id -> GPUs our launched tasks
-        hold there (their resources are not in the offers)."""
+        hold there (their resources are not in the offers); `held_mig`: agent id ->
+        MIG profile -> devices they hold of a mixed node's mig-<profile>."""
         now = self._clock()
         offered: dict[str, dict[str, float]] = {}
         latest: dict[str, Mapping[str, Any]] = {}
@@ -69,6 +76,12 @@ class AgentInventory:
                 agent.fields = offer_fields(offer)
                 agent.offered = offered[agent_id]
                 agent.gpus = int(offered[agent_id].get("gpus", 0)) + held_gpus.get(agent_id, 0)
+                held = (held_mig or {}).get(agent_id, {})
+                profiles = {name[len(MIG_RESOURCE_PREFIX):]: int(value)
+                            for name, value in offered[agent_id].items()
+                            if name.startswith(MIG_RESOURCE_PREFIX)}
+                agent.mig = {p: profiles.get(p, 0) + held.get(p, 0)
+                             for p in sorted(set(profiles) | set(held))}
                 agent.last_offer = now
                 agent.lost_at = None
             if latest:

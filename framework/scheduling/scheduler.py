@@ -62,6 +62,7 @@ from framework.state.state_store import SchedulerStore, StoreError
 from framework.scheduling.task_record import (PENDING, RECORD_KIND, RETRYABLE_STATES, RUNNING,
                                    TERMINAL_STATES, TaskRecord, attempt_task_id)
 from framework.tasks.task_spec import TaskSpec
+from isolator.api import MIG_PROFILE_ATTRIBUTE
 from common.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -347,7 +348,7 @@ class GpuScheduler:
     def resourceOffers(self, driver: SchedulerDriver, offers: list[dict]) -> None:
         with self._lock:
             self._offers_seen.update(o.get("hostname", "") for o in offers)
-            self.agents.saw_offers(offers, self._gpus_held())
+            self.agents.saw_offers(offers, self._gpus_held(), self._mig_held())
             now = time.time()
             waiting = [r.spec for r in self._records.values()
                        if r.state == PENDING and r.not_before <= now and not r.kill_requested]
@@ -428,11 +429,28 @@ class GpuScheduler:
 
     # -- offers and launches ------------------------------------------------------------------------
 
+    @staticmethod
+    def _from_mig_resource(record: TaskRecord) -> bool:
+        """Its GPUs are MIG devices of a mixed node's mig-<profile> resource (on a
+        single node they come from `gpus`)."""
+        return bool(record.spec.mig_profile) and \
+            record.agent_fields.get(MIG_PROFILE_ATTRIBUTE) != record.spec.mig_profile
+
+    def _mig_held(self) -> dict:
+        """agent id -> MIG profile -> devices our launched tasks hold there (mixed nodes)."""
+        held: dict = {}
+        for record in self._records.values():
+            if record.launched and record.agent_id and self._from_mig_resource(record):
+                per = held.setdefault(record.agent_id, Counter())
+                per[record.spec.mig_profile] += record.spec.whole_gpus
+        return held
+
     def _gpus_held(self) -> Counter:
-        """agent id -> GPUs our launched tasks hold there."""
+        """agent id -> GPUs our launched tasks hold there (of its `gpus` resource)."""
         held: Counter = Counter()
         for record in self._records.values():
-            if record.launched and record.agent_id and record.spec.whole_gpus:
+            if record.launched and record.agent_id and record.spec.whole_gpus \
+                    and not self._from_mig_resource(record):
                 held[record.agent_id] += record.spec.whole_gpus
         return held
 

@@ -14,8 +14,9 @@ has reported is a tile without a UUID, and says so.
                 "healthError", "healthReportedAt",
                 "firstSeen", "lastOfferAt", "lostAt", "offered",
                 "gpuCount", "gpusHeld", "gpusFree", "gpusUnhealthy",
-                "gpus": [{"uuid": "GPU-..." | null,
-                          "state": "held" | "free" | "unhealthy",
+                "gpus": [{"uuid": "GPU-..." | "MIG-..." | null,
+                          "state": "held" | "free" | "unhealthy" | "shared",
+                          "profile",                             # a MIG device's
                           "taskId", "appId", "taskState",        # held
                           "health", "reason", "utilization",     # when the
                           "memory": {"usedMb", "totalMb"}}]}],   #  node publishes
@@ -40,6 +41,7 @@ from framework.marathon.registry import Registry
 from framework.scheduling.task_record import TaskRecord
 from framework.ui.gpu_details import GpuDetails
 from framework.tasks.timestamps import format_timestamp
+from isolator.api import MIG_PROFILE_ATTRIBUTE
 from isolator.discovery.platform_features import ATTRIBUTE as PLATFORM_ATTRIBUTE
 
 DETAIL_FIELDS = ("health", "reason", "utilization", "memory")
@@ -159,6 +161,14 @@ class NodesView:
         holder: Dict[str, TaskRecord] = {}
         tenants: Dict[str, List[TaskRecord]] = {}     # a shared GPU's tasks, by its UUID
         unreported: List[TaskRecord] = []
+        # MIG devices: a single node's (attribute gpu_mig_profile) are its `gpus`; a mixed
+        # node's are counted per profile (agent.mig), apart from its whole GPUs
+        single = agent.fields.get(MIG_PROFILE_ATTRIBUTE)
+        mig_held: Dict[str, int] = {}
+        for task in tasks:
+            if task.spec.mig_profile and task.spec.mig_profile != single:
+                mig_held[task.spec.mig_profile] = mig_held.get(task.spec.mig_profile, 0) + \
+                    task.spec.whole_gpus
         for task in tasks:
             if task.spec.share:
                 for uuid in task.gpus:
@@ -181,6 +191,8 @@ class NodesView:
                      "taskState": t.state} for t in tenants[uuid]])
             elif task is not None:
                 tile.update(state="held", taskId=task.id, appId=task.app_id, taskState=task.state)
+                if task.spec.mig_profile:
+                    tile["profile"] = task.spec.mig_profile
                 tile.update(_usage(task, uuid))
             elif _sick(tile):
                 tile["state"] = UNHEALTHY
@@ -191,14 +203,19 @@ class NodesView:
                    "taskState": task.state} for task in unreported]
         known_free = sum(1 for t in tiles if t["state"] == "free")
         shared = sum(1 for t in tiles if t["state"] == "shared")   # not in the gpus count
-        free = max(0, agent.gpus - (len(tiles) - known_free - shared))
+        mixed_mig = sum(mig_held.values())                          # nor a mixed node's MIG
+        free = max(0, agent.gpus - (len(tiles) - known_free - shared - mixed_mig))
         if known_free > free:
             # more GPUs known than free ones counted (some are used outside this
             # framework): which ones are free cannot be told
             tiles = [t for t in tiles if t["state"] != "free"]
         else:
             free -= known_free
-        tiles += [{"uuid": None, "state": "free"} for _ in range(free)]
+        tiles += [{"uuid": None, "state": "free", **({"profile": single} if single else {})}
+                  for _ in range(free)]
+        for profile, count in sorted(agent.mig.items()):
+            tiles += [{"uuid": None, "state": "free", "profile": profile}
+                      for _ in range(max(0, count - mig_held.get(profile, 0)))]
         return tiles
 
 

@@ -180,3 +180,46 @@ def test_a_probing_gpu_is_not_free_and_usage_comes_from_the_task(registry):
     assert by_uuid[UUIDS[1]]["state"] == "unhealthy" and by_uuid[UUIDS[1]]["health"] == "probing"
     assert by_uuid[UUIDS[2]]["state"] == "free"
     assert (node["gpuCount"], node["gpusHeld"], node["gpusFree"], node["gpusUnhealthy"]) == (3, 1, 1, 1)
+
+
+MIG_UUIDS = [f"MIG-0000020{n}-0009-5b1e-8d2a-00000000000{n}" for n in range(4)]
+
+
+def mig_offer(agent="agent-m", host="gpu-m", gpus=1, mig=(("1g.18gb", 2), ("3g.71gb", 1)),
+              single=None):
+    o = offer(agent, host, gpus=gpus)
+    for profile, n in mig:
+        o["resources"].append({"name": f"mig-{profile}", "type": "SCALAR",
+                               "scalar": {"value": float(n)}, "role": "*"})
+    if single:
+        o["attributes"].append({"name": "gpu_mig_profile", "type": "TEXT",
+                                "text": {"value": single}})
+    return o
+
+
+def mig_task(task_id, profile, uuid, agent="agent-m", host="gpu-m"):
+    return TaskRecord(spec=TaskSpec(id=task_id, app_id="/infer", gpus=1, mig_profile=profile,
+                                    cmd="true"),
+                      state="TASK_RUNNING", mesos_task_id=task_id, agent_id=agent, hostname=host,
+                      gpus=[uuid], app_version="v1")
+
+
+def test_mig_devices_of_a_mixed_node_are_tiles_of_their_own_with_their_profile(registry):
+    """gpus:1;mig-1g.18gb:3;mig-3g.71gb:1 with one 1g.18gb held by our task: the offer
+    has 1g.18gb:2 left; the whole GPU and each MIG device is a tile, none counted twice."""
+    inventory = AgentInventory()
+    inventory.saw_offers([mig_offer()], {}, {"agent-m": {"1g.18gb": 1}})
+    (node,) = nodes_of(registry, inventory, [mig_task("t1", "1g.18gb", MIG_UUIDS[0])])
+    tiles = [(t["state"], t.get("profile"), t["uuid"]) for t in node["gpus"]]
+    assert tiles == [("held", "1g.18gb", MIG_UUIDS[0]), ("free", None, None),
+                     ("free", "1g.18gb", None), ("free", "1g.18gb", None),
+                     ("free", "3g.71gb", None)]
+    assert (node["gpuCount"], node["gpusHeld"], node["gpusFree"]) == (5, 1, 4)
+
+
+def test_a_single_nodes_gpus_are_its_mig_devices(registry):
+    inventory = AgentInventory()
+    inventory.saw_offers([mig_offer(gpus=6, mig=(), single="1g.18gb")], {"agent-m": 1})
+    (node,) = nodes_of(registry, inventory, [mig_task("t1", "1g.18gb", MIG_UUIDS[1])])
+    assert [t.get("profile") for t in node["gpus"]] == ["1g.18gb"] * 7
+    assert (node["gpusHeld"], node["gpusFree"]) == (1, 6)

@@ -99,6 +99,11 @@
     const body = [];
     body.push(h("span", { class: "gpu-id", title: gpu.uuid || "" },
       gpu.uuid ? shortUuid(gpu.uuid) : `GPU ${index + 1}`));
+    if (gpu.profile) {
+      // a MIG device (a GPU instance of its own): its profile
+      label.push(`MIG ${gpu.profile}`);
+      body.push(h("span", { class: "profile" }, `MIG ${gpu.profile}`));
+    }
     if (gpu.state === "held") {
       label.push(`held by task ${gpu.taskId} of app ${gpu.appId} (${gpu.taskState})`);
       body.push(h("a", { class: "app", href: `#/apps${gpu.appId}`, dataset: { key: `tile-${gpu.taskId}-${index}` } }, gpu.appId));
