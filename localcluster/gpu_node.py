@@ -59,6 +59,7 @@ class GpuNode:
                  share_args: Sequence[str] = ()) -> None:
         self.layout = layout
         self.driver_root = driver_root  # the host's driver files (default: the Debian 535 tree)
+        self._mig: Optional[list] = None    # the MIG flags of a MIG layout (_mig_flags)
         self.cpuinfo = cpuinfo          # a recorded /proc/cpuinfo: the node's simulated CPU
         self.docker_host = docker_host
         self.volume = volume
@@ -152,15 +153,9 @@ class GpuNode:
         this node's directory, and the /dev/nvidia-caps nodes they name."""
         if not self.simulated or not self.layout.caps_minors():
             return []
-        proc = self.dir / "proc"
-        if not proc.exists():
-            proc_devices, capabilities = self.layout.write_proc(proc)
-            minors = sorted(self.layout.caps_minors().values())
-            device_nodes.make_caps_nodes(self.dev_dir, [fake_nvml.CAPS_CONFIG,
-                                                        fake_nvml.CAPS_MONITOR, *minors],
-                                         fake_nvml.CAPS_MAJOR)
-        return ["--proc_devices", str(proc / "devices"),
-                "--nvidia_capabilities", str(proc / "capabilities")]
+        if self._mig is None:               # made once: `flags()` asks after `start()`
+            self._mig = self.layout.mig_bed(self.dir / "proc", self.dev_dir)
+        return self._mig
 
     def _metrics_flag(self) -> list[str]:
         return ["--metrics_address", self.metrics_address] if self.metrics_address else []

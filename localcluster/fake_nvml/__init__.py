@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from localcluster.paths import BUILD_DIR, LocalClusterError
+from localcluster import device_nodes
 
 SOURCE = Path(__file__).with_name("fake_nvml.c")
 OUT = BUILD_DIR / "fake-nvml"
@@ -192,6 +193,15 @@ class Layout:
                 for key in ((minor, d.gi, None), (minor, d.gi, d.ci)):
                     out.setdefault(key, len(out) + 3)
         return out
+
+    def mig_bed(self, proc_dir: Path, dev_dir: Path) -> List[str]:
+        """The MIG side of a bed node of this layout: the /proc files in `proc_dir`
+        (write_proc), the /dev/nvidia-caps nodes in `dev_dir` (mig/config, mig/monitor
+        and each instance's); returns the daemon's flags that name them."""
+        proc_devices, capabilities = self.write_proc(proc_dir)
+        device_nodes.make_caps_nodes(dev_dir, [CAPS_CONFIG, CAPS_MONITOR,
+                                               *sorted(self.caps_minors().values())], CAPS_MAJOR)
+        return ["--proc_devices", str(proc_devices), "--nvidia_capabilities", str(capabilities)]
 
     def write_proc(self, directory: Path) -> Tuple[Path, Path]:
         """The driver's /proc files MIG discovery reads, in `directory`: a /proc/devices

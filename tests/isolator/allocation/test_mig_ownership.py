@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from localcluster import device_nodes, fake_nvml
+from localcluster import fake_nvml
 from tests.bed import waiting
 from tests.isolator.allocation.test_ownership import alive
 
@@ -36,13 +36,8 @@ def owner(sock, cid, profile):
 
 def test_a_mig_device_ends_with_its_owner(tmp_path, daemon_factory, dev_dir):
     layout = fake_nvml.h200mig()
-    proc_devices, caps = layout.write_proc(tmp_path / "proc")
-    device_nodes.make_caps_nodes(dev_dir, [fake_nvml.CAPS_CONFIG, fake_nvml.CAPS_MONITOR,
-                                           *sorted(layout.caps_minors().values())],
-                                 fake_nvml.CAPS_MAJOR)
     agent = daemon_factory(layout, extra=["--reconcile_interval", "0.5",
-                                          "--proc_devices", str(proc_devices),
-                                          "--nvidia_capabilities", str(caps)])
+                                          *layout.mig_bed(tmp_path / "proc", dev_dir)])
     sock = agent.work_dir / "agent.sock"
     free_before = sorted(agent.client.info()["free"])
     doomed, said = owner(sock, "doomed", "3g.71gb")

@@ -7,19 +7,14 @@ from pathlib import Path
 import pytest
 
 from isolator.errors import AgentError
-from localcluster import device_nodes, fake_nvml
+from localcluster import fake_nvml
 from tests.isolator.conftest import new_prober
 
 
 def mig_daemon(tmp_path, daemon_factory, dev_dir, device_cgroup, layout=None):
     layout = layout or fake_nvml.h200mig()
-    proc_devices, caps = layout.write_proc(tmp_path / "proc")
-    minors = sorted(layout.caps_minors().values())
-    device_nodes.make_caps_nodes(dev_dir, [fake_nvml.CAPS_CONFIG, fake_nvml.CAPS_MONITOR] + minors,
-                                 fake_nvml.CAPS_MAJOR)
     agent = daemon_factory(layout, device_cgroup=device_cgroup,
-                           extra=["--proc_devices", str(proc_devices),
-                                  "--nvidia_capabilities", str(caps)])
+                           extra=layout.mig_bed(tmp_path / "proc", dev_dir))
     return agent, layout
 
 

@@ -7,7 +7,7 @@ import functools
 import pytest
 
 from isolator.client import AgentError
-from localcluster import device_nodes, fake_nvml
+from localcluster import fake_nvml
 from localcluster.fake_nvml.control import Control
 from tests.bed import waiting
 from tests.isolator.conftest import new_prober
@@ -20,14 +20,9 @@ wait_until = functools.partial(waiting.wait_until, interval=0.05)
 @pytest.fixture
 def mig_node(tmp_path, daemon_factory, dev_dir):
     layout = fake_nvml.h200mig()
-    proc_devices, caps = layout.write_proc(tmp_path / "proc")
-    device_nodes.make_caps_nodes(dev_dir, [fake_nvml.CAPS_CONFIG, fake_nvml.CAPS_MONITOR,
-                                           *sorted(layout.caps_minors().values())],
-                                 fake_nvml.CAPS_MAJOR)
     control = tmp_path / "nvml.control"
     agent = daemon_factory(layout, control=control,
-                           extra=[*FAST, "--proc_devices", str(proc_devices),
-                                  "--nvidia_capabilities", str(caps)])
+                           extra=[*FAST, *layout.mig_bed(tmp_path / "proc", dev_dir)])
     agent.nvml = Control(control)
     return agent, layout
 
@@ -72,15 +67,10 @@ def test_a_mig_device_destroyed_under_the_daemon_is_withdrawn_never_reshaped(
     held by a task: the held one stays the task's (its process keeps running), neither
     is given again, the log says which and who holds it; the other devices go on."""
     layout = fake_nvml.h200mig()
-    proc_devices, caps = layout.write_proc(tmp_path / "proc")
-    device_nodes.make_caps_nodes(dev_dir, [fake_nvml.CAPS_CONFIG, fake_nvml.CAPS_MONITOR,
-                                           *sorted(layout.caps_minors().values())],
-                                 fake_nvml.CAPS_MAJOR)
     control = tmp_path / "nvml.control"
     agent = daemon_factory(layout, control=control,
                            extra=[*FAST, "--driver_check_interval", "0.2",
-                                  "--proc_devices", str(proc_devices),
-                                  "--nvidia_capabilities", str(caps)])
+                                  *layout.mig_bed(tmp_path / "proc", dev_dir)])
     c = agent.client
     held = c.prepare("held", 1, mig_profile="1g.18gb")
     task = new_prober(probers)
