@@ -38,6 +38,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if daemon == 0:
         try:
             os.execvp(command[0], command)
+        except OSError as e:            # said, so the daemon's "exited with status 127" has a why
+            print(f"reaper: cannot run {command[0]}: {e}", file=sys.stderr, flush=True)
         finally:
             os._exit(127)
     with open(status_file, "a") as f:
