@@ -165,6 +165,17 @@ def _mps_controls(args, shares: share_plan.SharePlan, volume: Optional[Dict]) ->
             f"--sharing=mps: no {mps_control.PROGRAM} to run "
             + (f"({program} is not an executable)" if program else
                "(--driver_volume=none: give --mps_control PATH)"))
+    if wanted:
+        # a task running as another user than root must reach its GPU's pipe directory
+        # under the work dir: others may pass through it (0711) but list nothing, and
+        # every file of ours in it is 0600 (the ledger, its journal, the API socket)
+        os.chmod(args.work_dir, 0o711)
+        log.info("work dir %s: mode 0711 (tenants of other users reach the MPS pipe "
+                 "directories under %s)", args.work_dir, root)
+        closed = _closed_ancestor(args.work_dir)
+        if closed:
+            log.warning("%s: tasks running as a user other than root cannot use a GPU "
+                        "shared under MPS until they may pass through it (chmod o+x)", closed)
     controls = {}
     for minor, s in sorted(wanted.items()):
         control = mps_control.MpsControl(program, root, minor, s.gpu.uuid, s.thread_cap,
@@ -180,6 +191,19 @@ def _mps_controls(args, shares: share_plan.SharePlan, volume: Optional[Dict]) ->
             raise UserError(f"GPU {s.gpu.index} (--shared_gpus, --sharing=mps): {e}") from None
         controls[minor] = control
     return controls
+
+
+def _closed_ancestor(path: str) -> str:
+    """The first directory above `path` that other users may not pass through, named
+    with its mode; '' when there is none."""
+    parent = os.path.dirname(os.path.abspath(path))
+    while True:
+        mode = os.stat(parent).st_mode & 0o777
+        if not mode & 0o001:
+            return f"{parent} (mode {mode:04o}) lets no other user through"
+        if parent == "/":
+            return ""
+        parent = os.path.dirname(parent)
 
 
 def _quit_unshared(args, service: AgentService) -> None:
@@ -286,7 +310,8 @@ def run(args) -> int:
             threads.append(threading.Thread(
                 target=mps_control.watch, name="mps-watch", daemon=True,
                 args=(list(service.mps.values()), stop, MPS_WATCH_INTERVAL,
-                      service.mps_restarted)))
+                      service.mps_restarted),
+                kwargs={"on_server_failure": service.mps_server_failed}))
             threads[-1].start()
         threads += MigWatch(service, args.nvml_library, flags.nvidia_caps(args),
                             args.driver_check_interval).start(stop)

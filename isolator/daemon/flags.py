@@ -88,7 +88,9 @@ def add_daemon_arguments(p: argparse.ArgumentParser) -> None:
     """The flags only the running daemon needs."""
     p.add_argument("--work_dir", default=DEFAULT_WORK_DIR, metavar="DIR",
                    help="where the ledger (ledger.json, ledger.json.bak) and the API socket "
-                        f"agent.sock live, mode 0700 (default {DEFAULT_WORK_DIR})")
+                        f"agent.sock live, mode 0700; 0711 while a GPU is shared under MPS, "
+                        "so that tasks of any user reach its MPS pipe directory (default "
+                        f"{DEFAULT_WORK_DIR})")
     p.add_argument("--dev_dir", default="/dev", metavar="DIR", type=non_empty,
                    help="where the NVIDIA device nodes are (nvidia<N>, nvidiactl, "
                         "nvidia-uvm, nvidia-uvm-tools); default /dev")

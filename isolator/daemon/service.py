@@ -40,6 +40,7 @@ from isolator.api import (DOCKER, MESOS, Cleanup, CleanupRequest, Grant, GpuFaul
                           NodeHealth, PrepareRequest, ProcessUsage, UpdateRequest, Usage,
                           Volume, check_container_id)
 from isolator.sharing.mps_control import MpsControl
+from isolator.sharing.mps_server_log import ServerFailure
 from isolator.sharing.plan import SharePlan, memory_of, size_text
 from isolator.cgroups.container_cgroups import CgroupVanished, ContainerCgroups
 from isolator.allocation.docker_state import DockerState, DockerUnavailable
@@ -685,13 +686,24 @@ class AgentService:
         served by what it started, and their limits can no longer be vouched for, so
         they are stopped as for a GPU fault that loses the work on it (their tasks fail
         naming it and are replaced)."""
+        self._stop_mps_tenants(control, why, "mps_restarts", time.time())
+
+    def mps_server_failed(self, control: MpsControl, failure: ServerFailure) -> None:
+        """A GPU's MPS server failed under its living control daemon: the CUDA contexts
+        of every tenant it served are lost. Its tenants prepared before the failure are
+        stopped as for a GPU fault (a tenant prepared after it starts on a new server)."""
+        self._stop_mps_tenants(control, failure.why, "mps_server_failures", failure.at)
+
+    def _stop_mps_tenants(self, control: MpsControl, why: str, counter: str,
+                          before: float) -> None:
         minor = next((m for m, c in self.mps.items() if c is control), None)
         if minor is None:
             return
         gpu = self.gpus[minor]
         with self.lock:
-            self.counters["mps_restarts"] += 1
-            tenants = [h for h in self.holdings.values() if h.share and h.gpus[0] == minor]
+            self.counters[counter] += 1
+            tenants = [h for h in self.holdings.values()
+                       if h.share and h.gpus[0] == minor and h.prepared_at <= before]
         message = f"GPU {gpu.index} ({gpu.uuid}) shared under MPS: {why}"
         for h in tenants:
             if self.health is not None and self.fault_stop(h) is None:

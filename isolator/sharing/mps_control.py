@@ -28,11 +28,13 @@ import time
 from typing import Dict, List, Optional
 
 from common.paths import MAX_SOCKET_PATH
+from isolator.sharing.mps_server_log import ServerFailure, ServerLog
 from isolator.sharing.plan import size_text
 
 log = logging.getLogger("mesos-gpu.agent")
 PROGRAM = "nvidia-cuda-mps-control"
 COMMAND_TIMEOUT = 5.0
+LOG_LIMIT = 8 << 20         # control.log past this (every command is logged) moves to .1
 START_TIMEOUT = 5.0
 
 
@@ -73,14 +75,21 @@ class MpsControl:
         self._child: Optional[subprocess.Popen] = None
         self.restarts = 0
         self.compute_mode = ""                  # the GPU's, read back once set (compute_mode.py)
+        # read from its start at the first look: a server that failed while no agent
+        # daemon ran is found too (only tenants prepared before a failure are its victims)
+        self.server_log = ServerLog(os.path.join(self.log_dir, "control.log"))
+        self.server_failures = 0
         self.lock = threading.Lock()
 
     def env(self) -> Dict[str, str]:
         """The environment of the control daemon and of every command sent to it.
-        PATH starts with the program's directory: the control daemon starts
-        nvidia-cuda-mps-server by name."""
+        PATH starts with the program's directory (and its sibling sbin/, where Debian's
+        packages put the server): the control daemon starts nvidia-cuda-mps-server by
+        name, and without it every server "exits with status 1"."""
         bin_dir = os.path.dirname(self.program)
-        return {"PATH": f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        sbin = os.path.join(os.path.dirname(bin_dir), "sbin")
+        dirs = [bin_dir] + ([sbin] if os.path.isdir(sbin) else [])
+        return {"PATH": ":".join(dirs + [os.environ.get("PATH", "/usr/bin:/bin")]),
                 "CUDA_MPS_PIPE_DIRECTORY": self.pipe_dir,
                 "CUDA_MPS_LOG_DIRECTORY": self.log_dir,
                 "CUDA_VISIBLE_DEVICES": self.uuid}
@@ -127,8 +136,11 @@ class MpsControl:
                            f"daemon's sockets ({longest} is over {MAX_SOCKET_PATH} bytes): use "
                            "a shorter --work_dir")
         with self.lock:
-            os.makedirs(self.pipe_dir, mode=0o755, exist_ok=True)
-            os.makedirs(self.log_dir, mode=0o755, exist_ok=True)
+            # tenants of any user connect to the sockets in the pipe directory; the log
+            # (client pids and users) is the daemon's alone
+            for path, mode in ((self.dir, 0o711), (self.pipe_dir, 0o755), (self.log_dir, 0o700)):
+                os.makedirs(path, mode=mode, exist_ok=True)
+                os.chmod(path, mode)
             how = "adopted" if self._adopt() else self._spawn()
             self._set_caps()
             log.info("MPS control daemon of GPU %s %s (pid %d, pipe %s): each client held "
@@ -142,7 +154,8 @@ class MpsControl:
                 os.unlink(os.path.join(self.pipe_dir, name))
             except OSError:
                 pass
-        out = open(os.path.join(self.log_dir, "control.log"), "ab")
+        out = os.fdopen(os.open(os.path.join(self.log_dir, "control.log"),
+                                os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")
         try:
             self._child = subprocess.Popen([self.program, "-f"], env=self.env(),
                                            stdin=subprocess.DEVNULL, stdout=out,
@@ -253,18 +266,33 @@ class MpsControl:
         return {"uuid": self.uuid, "pid": self.pid, "alive": self.alive(),
                 "pipe_dir": self.pipe_dir, "log_dir": self.log_dir,
                 "thread_cap": self.thread_cap, "memory_cap": self.memory_cap,
-                "restarts": self.restarts, "compute_mode": self.compute_mode}
+                "restarts": self.restarts, "server_failures": self.server_failures,
+                "compute_mode": self.compute_mode}
+
+    def failed_servers(self) -> List[ServerFailure]:
+        """The servers that failed since the last look (its log, mps_server_log.py)."""
+        failures = self.server_log.failures()
+        self.server_failures += len(failures)
+        self.server_log.rotate(LOG_LIMIT)
+        return failures
 
 
 def watch(controls: List[MpsControl], stop: threading.Event, interval: float,
-          on_restart=None, ping_every: int = 10) -> None:
+          on_restart=None, ping_every: int = 10, on_server_failure=None) -> None:
     """Restart a control daemon that died (SIGKILL, a crash), or that stopped answering
     (asked every `ping_every` rounds: a stuck one would hang every new CUDA client),
-    until `stop`. `on_restart(control, why)` is told after each restart."""
+    until `stop`. `on_restart(control, why)` is told after each restart;
+    `on_server_failure(control, failure)` of each MPS server that failed, as its
+    control daemon logged it (what a server failing under a live control daemon does
+    to the tenants is the same as a control daemon dying)."""
     rounds = 0
     while not stop.wait(interval):
         rounds += 1
         for control in controls:
+            for failure in control.failed_servers():
+                log.warning("GPU %s: %s", control.uuid, failure.why)
+                if on_server_failure is not None:
+                    on_server_failure(control, failure)
             why = None
             if not control.alive():
                 why = f"its MPS control daemon (pid {control.pid}) ended"

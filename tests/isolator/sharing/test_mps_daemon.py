@@ -2,6 +2,8 @@
 control daemon of each GPU shared under MPS (the bed's 535 nvidia-cuda-mps-control,
 which runs without a GPU), with its caps, its restart, and the faults around it."""
 import os
+import re
+import stat
 import signal
 import subprocess
 
@@ -9,6 +11,7 @@ import pytest
 
 from isolator.api import ShareRequest
 from isolator.client import AgentError
+from localcluster import cuda_probe, driver_files
 from tests.bed import waiting
 from tests.isolator.conftest import new_prober, only, open_gpus
 from tests.isolator.allocation.test_ownership import alive
@@ -288,3 +291,76 @@ def test_a_restart_whose_sharing_no_longer_fits_what_runs_is_refused_by_name(
     # the same flags again: both kept
     agent = daemon_factory("v100x8", extra=shared(mps_program), work_dir=work_dir)
     assert set(agent.client.info()["containers"]) == {"tenant", "whole"}
+
+
+def _cuda_client(grant_env) -> dict:
+    """A real CUDA client of the bed's 535 libcuda with a task's MPS environment: it asks
+    the GPU's control daemon for a server, and the real nvidia-cuda-mps-server it starts
+    fails (no GPU here), as a server that dies under its clients does on a real node."""
+    lib = driver_files.build() / "usr/lib/x86_64-linux-gnu/nvidia/current"
+    return cuda_probe.run(env={**grant_env, "LD_LIBRARY_PATH": str(lib)}, timeout=30)
+
+
+def test_a_failed_mps_server_stops_the_tenants_it_served_and_no_other(daemon_factory, work_dir,
+                                                                       mps_program):
+    agent = daemon_factory("v100x8", extra=shared(mps_program), work_dir=work_dir)
+    grant = agent.client.prepare("early", 0, share=ShareRequest(0.25, gpu=3))
+    agent.client.prepare("other", 0, share=ShareRequest(0.25, gpu=2))
+    assert _cuda_client(grant.env)["cuInit"] != 0
+    control_log = agent.work_dir / "mps/nvidia3/log/control.log"
+    assert "Starting new server" in control_log.read_text()   # the real server was run
+    waiting.wait_until(lambda: "early" not in agent.client.info()["containers"], timeout=10,
+                       what="the tenant of the GPU whose MPS server failed released")
+    stopped = agent.client.cleanup("early").stopped          # its executor learns why
+    assert stopped is not None and "its MPS server (pid" in stopped.message
+    assert "exited with status 1" in stopped.message and "GPU 3" in stopped.message
+    info = agent.client.info()
+    assert "other" in info["containers"]                     # another GPU's tenant stays
+    assert info["shared"]["3"]["mps_control"]["server_failures"] >= 1
+    assert info["counters"]["released_mps_failed"] == 1
+    assert info["shared"]["3"]["mps_control"]["restarts"] == 0   # the control daemon lives
+    assert "its MPS server (pid" in agent.log()
+    # a tenant that came after the failure is not its victim, across a restart too (the
+    # new daemon reads the log from its start)
+    late = agent.client.prepare("late", 0, share=ShareRequest(0.25, gpu=3))
+    agent.kill9()
+    agent = daemon_factory("v100x8", extra=shared(mps_program), work_dir=agent.work_dir)
+    assert "late" in agent.client.info()["containers"]
+    # a server that fails while no agent daemon runs is found by the next one
+    agent.kill9()
+    _cuda_client(late.env)
+    agent = daemon_factory("v100x8", extra=shared(mps_program), work_dir=agent.work_dir)
+    waiting.wait_until(lambda: "late" not in agent.client.info()["containers"], timeout=10,
+                       what="the tenant whose server failed while the daemon was down released")
+    assert "other" in agent.client.info()["containers"]
+
+
+def test_a_tenant_running_as_another_user_reaches_its_control_daemon_and_nothing_else(
+        daemon_factory, work_dir, mps_program):
+    work_dir.parent.chmod(0o700)                  # first as mkdtemp made it: the daemon says
+    agent = daemon_factory("v100x8", extra=shared(mps_program), work_dir=work_dir)
+    assert f"{work_dir.parent} (mode 0700) lets no other user through" in agent.log()
+    agent.kill9()
+    work_dir.parent.chmod(0o755)                  # as /var/lib, where the work dir is by default
+    agent = daemon_factory("v100x8", extra=shared(mps_program), work_dir=work_dir)
+    assert "lets no other user through" not in agent.log()
+    grant = agent.client.prepare("nobodys", 0, share=ShareRequest(0.25, gpu=3))
+    lib = driver_files.build() / "usr/lib/x86_64-linux-gnu/nvidia/current"
+    env = {**grant.env, "LD_LIBRARY_PATH": str(lib)}
+    r = subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
+                        str(cuda_probe.build())], env=env, capture_output=True, text=True,
+                       timeout=30)
+    assert cuda_probe.parse(r.stdout, r.stderr)["loaded"]
+    control_log = agent.work_dir / "mps/nvidia3/log/control.log"
+    # the control daemon heard the client, as user 65534 (a server of its own is started)
+    assert re.search(r"NEW CLIENT \d+ from user 65534", control_log.read_text())
+    # through the work dir, not into it: the ledger, the socket and the MPS log stay closed
+    assert stat.S_IMODE(agent.work_dir.stat().st_mode) == 0o711
+    assert stat.S_IMODE((agent.work_dir / "mps/nvidia3/log").stat().st_mode) == 0o700
+    assert stat.S_IMODE(control_log.stat().st_mode) == 0o600
+    for name in ("agent.sock", "ledger.json"):
+        assert stat.S_IMODE((agent.work_dir / name).stat().st_mode) & 0o077 == 0
+    listing = subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534",
+                              "--clear-groups", "ls", str(agent.work_dir)],
+                             capture_output=True, text=True)
+    assert listing.returncode != 0 and "Permission denied" in listing.stderr
