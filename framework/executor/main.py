@@ -324,13 +324,6 @@ class TaskRun:
                 compat = self._image_compat(spec, client, image)
         check_free(spec.ports, spec.host_ports, agent)
         grant = self._prepare(spec)
-        if grant is not None and grant.share is not None and grant.share.sharing == "mps" \
-                and spec.container != DOCKER and spec.image:
-            # runc gives the container its own IPC namespace, where no MPS client can
-            # reach the GPU's server: refused by name rather than run unlimited
-            raise TaskFailure(f"a MESOS container with an image ({spec.image}) cannot run on "
-                              "a GPU shared under MPS yet; run it as DOCKER, without an image, "
-                              "or on a time-sliced GPU")
         extra = {"MESOS_TASK_ID": self.task_id}
         with self._lock:
             if spec.container == DOCKER:

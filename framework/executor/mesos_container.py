@@ -379,6 +379,19 @@ class MesosImageContainer:
             mounts.append({"destination": environment.MOUNT_POINT, "type": "bind",
                            "source": self.volume_path, "options": ["rbind", "ro", "nosuid", "nodev"]})
         mounts += self._sandbox_mounts()
+        mps = self._mps_pipe_dir()
+        namespaces = ["pid", "ipc", "uts", "mount"]
+        if mps:
+            # an MPS client reaches its GPU's server through the control daemon's sockets
+            # in the pipe directory and memory shared in the host's IPC namespace (what
+            # Docker's `--ipc host` gives a DOCKER task): that directory and no other of
+            # the work dir, the host's IPC and its /dev/shm
+            namespaces.remove("ipc")
+            mounts = [m for m in mounts if m["destination"] != "/dev/shm"]
+            mounts += [{"destination": "/dev/shm", "type": "bind", "source": "/dev/shm",
+                        "options": ["rbind", "nosuid", "noexec", "nodev"]},
+                       {"destination": mps, "type": "bind", "source": mps,
+                        "options": ["rbind", "nosuid", "nodev", "noexec"]}]
         granted = self.grant.devices if self.grant else ()
         devices = [{"path": f"/dev/{d.name}", "type": "c", "major": d.major, "minor": d.minor,
                     "fileMode": 0o666, "uid": 0, "gid": 0} for d in granted]
@@ -402,11 +415,16 @@ class MesosImageContainer:
             "root": {"path": "rootfs", "readonly": False},
             "hostname": self.container_id[:63],
             "mounts": mounts,
-            "linux": {"namespaces": [{"type": t} for t in ("pid", "ipc", "uts", "mount")],
+            "linux": {"namespaces": [{"type": t} for t in namespaces],
                       "devices": devices, "resources": resources,
                       "cgroupsPath": f"/{self.container_id}",
                       "maskedPaths": MASKED_PATHS, "readonlyPaths": READONLY_PATHS},
         }
+
+    def _mps_pipe_dir(self) -> str:
+        """The MPS pipe directory of the GPU this task has a share of; '' if none."""
+        share = self.grant.share if self.grant else None
+        return share.pipe_dir if share is not None and share.sharing == "mps" else ""
 
     def start(self) -> None:
         result = self._runc("start", self.container_id)

@@ -135,6 +135,11 @@ def _shared(out: Text, service: "AgentService", shared: Dict) -> None:
                "Times the GPU's MPS control daemon died and was started again (its tenants "
                "were stopped each time).",
                [(labels, s["mps_control"]["restarts"]) for labels, s in rows if s["mps_control"]])
+    out.family("mesos_gpu_mps_server_failures_total", "counter",
+               "MPS servers of the GPU that failed under a living control daemon (its "
+               "tenants prepared before each failure were stopped).",
+               [(labels, s["mps_control"]["server_failures"]) for labels, s in rows
+                if s["mps_control"]])
 
 
 def _short(g: Gpu) -> Dict[str, object]:

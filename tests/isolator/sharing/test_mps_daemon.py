@@ -320,6 +320,7 @@ def test_a_failed_mps_server_stops_the_tenants_it_served_and_no_other(daemon_fac
     assert info["counters"]["released_mps_failed"] == 1
     assert info["shared"]["3"]["mps_control"]["restarts"] == 0   # the control daemon lives
     assert "its MPS server (pid" in agent.log()
+    assert 'mesos_gpu_mps_server_failures_total{gpu="3",' in agent.client.metrics()
     # a tenant that came after the failure is not its victim, across a restart too (the
     # new daemon reads the log from its start)
     late = agent.client.prepare("late", 0, share=ShareRequest(0.25, gpu=3))
