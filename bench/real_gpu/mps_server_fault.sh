@@ -11,6 +11,7 @@
 #   3. a device-side assert in one tenant beside another: the other runs on, nothing released
 #   4. a tenant as user nobody beside one as root (the control daemon retires one user's idle
 #      server for the other's): both run to the end, nothing released
+#   5. two tenants running: each one's own GPU memory and SM use as the daemon reports it
 set -u
 OUT=${OUT:-/tmp/mesos-gpu-mps-fault}
 mkdir -p "$OUT"
@@ -118,7 +119,7 @@ def show(name, r):
     print(f"  {name}: {json.dumps(r)}", flush=True)
 
 
-STEPS = os.environ.get("STEPS", "1234")
+STEPS = os.environ.get("STEPS", "12345")
 
 
 def step1(node, ask):
@@ -163,6 +164,28 @@ def step4(node, ask):
         show("tenant G (root)", done_g.result())
 
 
+def step5(node, ask):
+    print("== 5. each tenant's own GPU figures (the daemon's usage, from NVML) while two run",
+          flush=True)
+    h, i = Task(node, 25), Task(node, 25)
+    wait_for("both running", lambda: h.running() and i.running(), 90)
+    time.sleep(4)
+    for name, t in (("H", h), ("I", i)):
+        u = node.client.usage(t.cid).gpus[0]
+        own = [p.pid for p in u.processes if p.in_container]
+        print(f"  tenant {name}: task_memory_used {u.task_memory_used / 2**30:.2f} GiB, "
+              f"task_sm_utilization {u.task_sm_utilization}, its processes {own}, all "
+              f"processes NVML lists {[(p.pid, round(p.memory_used / 2**30, 2), p.sm_utilization) for p in u.processes]}, "
+              f"GPU memory used {u.memory_used / 2**30:.2f} GiB, GPU util {u.gpu_utilization}",
+              flush=True)
+    metrics = node.client.metrics()
+    print("  /metrics task rows:\n    " + "\n    ".join(
+        line for line in metrics.splitlines() if line.startswith("mesos_gpu_task_")
+        and "share=" in line)[:3000], flush=True)
+    show("tenant H", h.finish())
+    show("tenant I", i.finish())
+
+
 started = time.time()
 node = GpuNode(None, share_args=["--shared_gpus", "0", "--share_granularity", "0.5",
                                  "--mps_control", os.environ["MPS_CONTROL"]])
@@ -179,7 +202,8 @@ with node:
     print(f"  GPU 0 shared: {shared['sharing']}, slots {shared['slots']}, control daemon pid "
           f"{shared['mps_control']['pid']}; counters {counters(node)}", flush=True)
     try:
-        for n, step in (("1", step1), ("2", step2), ("3", step3), ("4", step4)):
+        for n, step in (("1", step1), ("2", step2), ("3", step3), ("4", step4),
+                        ("5", step5)):
             if n in STEPS:
                 before = counters(node)
                 step(node, ask)
