@@ -68,19 +68,22 @@ def test_a_killed_server_process_and_hanging_checks_get_the_task_replaced(bed, i
     """The task's server dies (its container lives on); a COMMAND check hangs past
     its timeout; a Marathon-level HTTP check gets a connection that never answers."""
     tap = app_bed.EventTap(bed.service, "unhealthy_instance_kill_event")
-    port_marker = "55" + str(os.getpid() % 1000).zfill(3)
     try:
-        bed.create(docker(image, id="/faults/server", cmd=f"mkdir -p www; echo ok > www/health; "
-                          f"httpd -f -h www -p {port_marker} & exec sleep 600",
+        # each task its own port ($PORT0): a replacement's server never meets the port of
+        # the task it replaces (one fixed port made replacements fail under load)
+        bed.create(docker(image, id="/faults/server", cmd="mkdir -p www; echo ok > www/health; "
+                          "httpd -f -h www -p $PORT0 & exec sleep 600",
+                          portDefinitions=[{"port": 0, "name": "http"}],
                           healthChecks=[dict(FAST, protocol="MESOS_HTTP", path="/health",
-                                             port=int(port_marker))]))
+                                             portIndex=0)]))
         bed.create(docker(image, id="/faults/command", cmd="exec sleep 600",
                           healthChecks=[dict(FAST, protocol="COMMAND",
                                              command={"value": "sleep 100"})]))
         bed.create(docker(image, id="/faults/http", cmd=HANGING_CGI,
                           healthChecks=[dict(FAST, protocol="HTTP", path="/cgi-bin/hang")]))
         server = bed.running("/faults/server", healthy=True)[0]
-        httpd = wait_until(lambda: [p for p in app_bed.processes_with(f"-p\x00{port_marker}")
+        port = server["ports"][0]
+        httpd = wait_until(lambda: [p for p in app_bed.processes_with(f"-p\x00{port}")
                                   if b"httpd" in open(f"/proc/{p}/cmdline", "rb").read()])
         os.kill(httpd[0], signal.SIGKILL)
         for app_id, why in (("/faults/server", "Connection refused"),
