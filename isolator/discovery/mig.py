@@ -51,6 +51,8 @@ class MigDevice(Gpu):
     """A MIG device: `index`, `minor`, `pci_bus_id`, `board_id` are its parent GPU's;
     `uuid` (MIG-...), `name`, `memory_total` its own."""
     parent_uuid: str = ""
+    mig_index: int = 0                    # its index among its parent's MIG devices (NVML's
+                                          # handle-by-index; CDI names it <gpu>:<mig_index>)
     gpu_instance_id: int = 0
     compute_instance_id: int = 0
     profile: str = ""                     # e.g. "1g.18gb"
@@ -145,7 +147,7 @@ def devices(parent: Gpu, handle, caps: NvidiaCaps) -> List[MigDevice]:
             memory_total=int(pynvml.nvmlDeviceGetMemoryInfo(m).total),
             pci_bus_id=parent.pci_bus_id, compute_capability=parent.compute_capability,
             board_id=parent.board_id, mig_mode=None, parent_uuid=parent.uuid,
-            gpu_instance_id=gi, compute_instance_id=ci,
+            mig_index=i, gpu_instance_id=gi, compute_instance_id=ci,
             profile=profile.name if profile else f"profile-{info.profileId}",
             profile_id=int(info.profileId),
             caps_major=caps_major if not error else None,
