@@ -106,7 +106,8 @@ class AgentService:
         """Load the ledger, check it against the kernel and Docker, write a new snapshot."""
         with self.lock:
             recorded = self.ledger.load()
-            recovery = Recovery(self.cgroups, self.kernel_minors, self._rules, self.docker)
+            recovery = Recovery(self.cgroups, self.kernel_minors, self._rules, self.docker,
+                                list(self.gpus.values()))
             self.holdings = self._record_recovery(recorded, recovery.run(recorded))
             self.shares.check_holdings(self.holdings.values(), self.gpus)
             for h in self.holdings.values():

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import pynvml
 
-from isolator.discovery.gpu import Gpu, MIG_DISABLED, MIG_ENABLED
+from isolator.discovery.gpu import NVIDIA_MAJOR, Gpu, MIG_DISABLED, MIG_ENABLED
 from isolator.discovery.nvidia_caps import CapsUnreadable, NvidiaCaps
 
 log = logging.getLogger("mesos-gpu.nvml")
@@ -169,6 +169,22 @@ def schedulable(gpus: Sequence[Gpu], mig_devices: Sequence[MigDevice]) -> List[G
         else:
             out.append(g)
     return out
+
+
+def caps_nodes(units: Sequence[Gpu]) -> Dict[int, Tuple[Tuple[int, int], ...]]:
+    """key -> the capability nodes (major, minor) of each MIG device among `units` that
+    can be isolated: what recovery and the reconciler read back from the kernel."""
+    return {u.key: u.caps() for u in units if isinstance(u, MigDevice) and u.isolatable}
+
+
+def drift_nodes(units: Sequence[Gpu]) -> List[Tuple[int, int]]:
+    """The character devices (major, minor) a drift check asks the kernel about beyond
+    whole GPUs: every MIG device's capability nodes (another instance's allowed is a
+    drift) and its parent's node (shared by its siblings, so never read back as a
+    grant, but a container holding none of its MIG devices must not open it)."""
+    nodes = {c for caps in caps_nodes(units).values() for c in caps}
+    nodes |= {(NVIDIA_MAJOR, u.minor) for u in units if isinstance(u, MigDevice)}
+    return sorted(nodes)
 
 
 def profile_counts(units: Sequence[Gpu]) -> Dict[str, int]:
