@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from isolator.cgroups import cgroups_v1, cgroups_v2
+from isolator.errors import AgentError
 from isolator.discovery import devices
 from localcluster import fake_nvml, processes
 from tests.bed import waiting
@@ -117,3 +118,34 @@ def test_another_instances_caps_node_allowed_while_the_daemon_runs_is_taken_back
     for minor, path in caps.items():
         assert seen[str(path)] == ("ENXIO" if minor in own else "EPERM"), minor
     agent.client.cleanup("mine")
+
+
+def test_a_mig_grow_cut_short_by_a_crash_ends_on_the_smaller_side(
+        tmp_path, daemon_factory, probers, dev_dir):
+    """update (1 -> 2 MIG devices) records the grow, then the daemon dies before the
+    kernel gives the new device: after the restart the container keeps the device
+    the kernel gives it, the other is free, as with whole GPUs."""
+    layout = fake_nvml.h200mig()
+    flags = layout.mig_bed(tmp_path / "proc", dev_dir)
+    agent = daemon_factory(layout, extra=flags,
+                           env={"MESOS_GPU_CRASH_AT": "update:after_ledger@victim"})
+    first = agent.client.prepare("victim", 1, mig_profile="1g.18gb").gpus[0]
+    p = new_prober(probers)
+    agent.client.isolate("victim", pid=p.pid)
+    key = agent.client.info()["containers"]["victim"]["gpus"]
+    with pytest.raises(AgentError):
+        agent.client.update("victim", 2)                 # the daemon dies mid-request
+    assert agent.proc.wait(10) == -signal.SIGKILL
+    agent = daemon_factory(layout, extra=flags, work_dir=agent.work_dir)
+    info = agent.client.info()
+    assert info["containers"]["victim"]["gpus"] == key
+    assert "container victim: ledger grants GPUs" in agent.log()
+    assert "drifted" not in agent.log()                  # nothing to restore: no drift
+    seen = p.open(list(caps_paths(dev_dir, layout).values()))
+    own = {first.gi_cap_minor, first.ci_cap_minor}
+    for minor, path in caps_paths(dev_dir, layout).items():
+        assert seen[str(path)] == ("ENXIO" if minor in own else "EPERM"), minor
+    two = agent.client.prepare("two", 2, mig_profile="1g.18gb")   # the other two are free
+    assert first.uuid not in {g.uuid for g in two.gpus}
+    for cid in ("victim", "two"):
+        agent.client.cleanup(cid)
