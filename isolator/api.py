@@ -490,7 +490,8 @@ class ProcessUsage:
 
 @dataclass(frozen=True)
 class GpuUsage:
-    """One GPU of a container. `memory_used`/`gpu_utilization` are the whole GPU's;
+    """One GPU of a container. `memory_used`/`gpu_utilization` are the whole GPU's (a MIG
+    device's: its own memory and processes, no utilisation: NVML has none per MIG device);
     `task_*` only the container's own processes (by their cgroups)."""
     minor: int
     uuid: str

@@ -630,7 +630,8 @@ class AgentService:
                          h.container_id, docker_id[:12])
 
     def usage(self, container_id: str) -> Usage:
-        """The container's GPUs now: the whole GPU's figures, and its own processes'."""
+        """The container's GPUs now: the whole GPU's figures (a MIG device's own memory and
+        processes: nvml_health.sample_mig), and its own processes'."""
         with self.lock:
             h = self._get(container_id)
             gpus = [self.gpus[m] for m in h.gpus if m in self.gpus]
@@ -645,15 +646,15 @@ class AgentService:
                 if self.monitor is not None and self.monitor.holds_nvml:
                     # NVML is initialised for the daemon's life: no session, whose lock
                     # would make each usage wait on another's stuck call
-                    samples = {g.index: nvml_health.sample(g.index) for g in gpus}
+                    samples = {g.key: nvml_health.sample_unit(g) for g in gpus}
                 else:
                     with nvml.session(self.nvml_library):
-                        samples = {g.index: nvml_health.sample(g.index) for g in gpus}
+                        samples = {g.key: nvml_health.sample_unit(g) for g in gpus}
             except nvml.NvmlUnavailable as e:
                 raise Unavailable(f"NVML: {e}") from None
             finally:
                 self._usage_slots.release()
-        return Usage(h.container_id, tuple(gpu_usage(g, samples[g.index], h) for g in gpus))
+        return Usage(h.container_id, tuple(gpu_usage(g, samples[g.key], h) for g in gpus))
 
     # --- GPU health -----------------------------------------------------------------------------
 
