@@ -779,5 +779,6 @@ def gpu_usage(g: Gpu, sample: nvml_health.DeviceSample, h: Holding) -> GpuUsage:
                     gpu_utilization=sample.gpu_utilization,
                     memory_utilization=sample.memory_utilization,
                     task_memory_used=sum(p.memory_used for p in own),
-                    task_sm_utilization=min(100, sum(sm)) if sm else (0 if own else None),
+                    task_sm_utilization=min(100, sum(sm)) if sm else
+                    (0 if own and g.key == g.minor else None),     # none on a MIG device
                     processes=processes)

@@ -240,5 +240,6 @@ def _task_rows(g: Gpu, h: Holding, sample: DeviceSample, memory: list, utilizati
     own = [p for p in sample.processes if process_containers.belongs(p.pid, h)]
     memory.append((labels, sum(p.memory_used for p in own)))
     sm = [p.sm_utilization for p in own if p.sm_utilization is not None]
-    utilization.append((labels, min(100, sum(sm))))
+    if not getattr(g, "parent_uuid", ""):       # NVML has no per-process samples on MIG
+        utilization.append((labels, min(100, sum(sm))))
     count.append((labels, len(own)))

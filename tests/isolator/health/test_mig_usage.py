@@ -39,7 +39,7 @@ def test_a_mig_devices_usage_and_metrics_are_its_own(tmp_path, daemon_factory, d
     assert g.gpu_utilization is None and g.memory_utilization is None     # none per instance
     assert [(p.pid, p.memory_used, p.in_container) for p in g.processes] == \
         [(task.pid, 5 * GIB, True)]                                       # not the sibling's
-    assert u.task_memory_used == 5 * GIB
+    assert u.task_memory_used == 5 * GIB and u.gpus[0].task_sm_utilization is None
 
     def fb_used():
         fams = families(c.metrics())
@@ -61,6 +61,8 @@ def test_a_mig_devices_usage_and_metrics_are_its_own(tmp_path, daemon_factory, d
     (row,) = [s for s in fams["mesos_gpu_task_gpu_memory_used_bytes"].samples
               if s.labels["container_id"] == "task"]
     assert row.value == 5 * GIB and row.labels["GPU_I_ID"] == str(mine.gpu_instance_id)
+    assert not [s for s in fams["mesos_gpu_task_gpu_utilization_percent"].samples
+                if s.labels["container_id"] == "task"]     # unknown on a MIG device, not 0
 
     nvml.mig_process_gone(0, mine.gpu_instance_id, mine.compute_instance_id, task.pid)
     assert c.usage("task").gpus[0].memory_used == 0
