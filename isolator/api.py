@@ -287,6 +287,7 @@ class GrantedGpu:
     # a MIG device (uuid MIG-...): index, minor and device_path are its parent GPU's
     key: Optional[int] = None
     parent_uuid: str = ""
+    mig_index: Optional[int] = None     # among its parent's MIG devices (CDI: <index>:<mig_index>)
     gpu_instance_id: Optional[int] = None
     compute_instance_id: Optional[int] = None
     profile: str = ""
@@ -313,7 +314,7 @@ class GrantedGpu:
         return cls(**{k: v for k, v in doc.items() if k in cls.__dataclass_fields__})
 
 
-_MIG_FIELDS = ("mig_mode", "key", "parent_uuid", "gpu_instance_id", "compute_instance_id",
+_MIG_FIELDS = ("mig_mode", "key", "parent_uuid", "mig_index", "gpu_instance_id", "compute_instance_id",
                "profile", "profile_id", "caps_major", "gi_cap_minor", "ci_cap_minor",
                "caps_error")
 
@@ -489,7 +490,8 @@ class ProcessUsage:
 
 @dataclass(frozen=True)
 class GpuUsage:
-    """One GPU of a container. `memory_used`/`gpu_utilization` are the whole GPU's;
+    """One GPU of a container. `memory_used`/`gpu_utilization` are the whole GPU's (a MIG
+    device's: its own memory and processes, no utilisation: NVML has none per MIG device);
     `task_*` only the container's own processes (by their cgroups)."""
     minor: int
     uuid: str

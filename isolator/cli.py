@@ -200,7 +200,8 @@ def mig_lines(g, inv) -> List[str]:
     for m in devices:
         caps = (f"caps {m.caps_major}:{m.gi_cap_minor},{m.ci_cap_minor}" if m.isolatable
                 else f"NOT USABLE: {m.caps_error}")
-        out.append(f"  {m.profile:<10} gi {m.gpu_instance_id} ci {m.compute_instance_id}  "
+        out.append(f"  {m.profile:<10} cdi {m.index}:{m.mig_index}  "         # its CDI name
+                   f"gi {m.gpu_instance_id} ci {m.compute_instance_id}  "
                    f"{_gib(m.memory_total)}  {m.uuid}  {caps}")
     return out
 

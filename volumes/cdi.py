@@ -7,6 +7,14 @@ The spec written here:
 
 - kind `nvidia.com/gpu`; one device per GPU named by its NVML index and one
   named by its UUID (GPU-...), each giving only that GPU's node; and `all`;
+- MIG devices named as NVIDIA's toolkit (`nvidia-ctk cdi generate`) names them:
+  `<gpu index>:<mig index>` (the MIG index being NVML's handle-by-index on the
+  parent) and the `MIG-...` UUID, each giving the parent GPU's /dev/nvidia<minor>
+  and exactly its GPU instance's and compute instance's
+  /dev/nvidia-caps/nvidia-cap<N> (never another instance's: those are what MIG
+  isolation is made of). A GPU in MIG mode gets no device of its own (it is
+  never handed out whole); `all` is every device's nodes together, MIG devices
+  included, as the toolkit's `all` is;
 - spec-wide edits every GPU container needs: the control devices (nvidiactl,
   nvidia-uvm, nvidia-uvm-tools), the driver volume read-only at
   /usr/local/nvidia, its binaries read-only at /usr/bin/<name> (where images
@@ -16,6 +24,10 @@ The spec written here:
   CUDA images set themselves);
 - cdiVersion 0.5.0: the oldest that allows device names starting with a digit
   and `hostPath` on device nodes, and one podman 4.3 reads (it skips 0.6.0).
+  A ':' in a device name (the MIG names) needs nothing newer: the reference
+  parser (container-device-interface, ValidateDeviceName) has allowed letters,
+  digits and `_ - . :` inside a device name since its first tagged release, and
+  0.5.0 only added a leading digit.
 
 `validate` checks a spec against the CDI 0.5.0 schema and the rules its
 reference parser applies, and is run before anything is written; `write`
@@ -27,7 +39,7 @@ import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from volumes import environment
 from common.errors import UserError
@@ -60,6 +72,20 @@ class CdiGpu:
 
 
 @dataclass(frozen=True)
+class CdiMig:
+    """What the spec needs of one MIG device."""
+    gpu_index: int              # its parent GPU's NVML index
+    mig_index: int              # its index among the parent's MIG devices (NVML)
+    uuid: str                   # MIG-...
+    parent_minor: int           # /dev/nvidia<parent_minor>
+    caps: Sequence[int]         # its GPU instance's and compute instance's nvidia-cap minors
+
+    @property
+    def name(self) -> str:
+        return f"{self.gpu_index}:{self.mig_index}"
+
+
+@dataclass(frozen=True)
 class CdiVolume:
     """What the spec needs of the driver volume (volumes.builder.Volume has it)."""
     path: Path
@@ -78,18 +104,34 @@ def _node(dev_dir: str, name: str) -> Dict[str, str]:
     return {"path": f"/dev/{name}", "hostPath": os.path.join(dev_dir, name)}
 
 
+def _mig_nodes(dev_dir: str, mig: CdiMig) -> List[Dict[str, str]]:
+    """The parent GPU's node and the instance's own capability nodes."""
+    if len(mig.caps) != 2:
+        raise UserError(f"CDI spec: MIG device {mig.uuid}: needs its GPU instance's and its "
+                        f"compute instance's nvidia-cap minors, got {list(mig.caps)}")
+    return [_node(dev_dir, f"nvidia{mig.parent_minor}")] + \
+        [_node(dev_dir, f"nvidia-caps/nvidia-cap{c}") for c in mig.caps]
+
+
 def spec(gpus: Sequence[CdiGpu], volume: CdiVolume, control_devices: Sequence[str],
-         dev_dir: str = "/dev") -> Dict[str, Any]:
-    """The spec (a dict ready for JSON). `control_devices` are names under
-    dev_dir (nvidiactl, nvidia-uvm, ...) that exist on the host."""
+         dev_dir: str = "/dev", migs: Sequence[CdiMig] = ()) -> Dict[str, Any]:
+    """The spec (a dict ready for JSON). `gpus` are whole GPUs (none in MIG mode),
+    `migs` MIG devices; `control_devices` are names under dev_dir (nvidiactl,
+    nvidia-uvm, ...) that exist on the host."""
+    named: List[Tuple[Tuple[int, int], List[str], List[Dict[str, str]]]] = []
+    for gpu in gpus:
+        named.append(((gpu.index, -1), [str(gpu.index), gpu.uuid],
+                      [_node(dev_dir, f"nvidia{gpu.minor}")]))
+    for mig in migs:
+        named.append(((mig.gpu_index, mig.mig_index), [mig.name, mig.uuid],
+                      _mig_nodes(dev_dir, mig)))
     devices: List[Dict[str, Any]] = []
-    for gpu in sorted(gpus, key=lambda g: g.index):
-        edits = {"deviceNodes": [_node(dev_dir, f"nvidia{gpu.minor}")]}
-        devices.append({"name": str(gpu.index), "containerEdits": edits})
-        devices.append({"name": gpu.uuid, "containerEdits": edits})
-    if gpus:
-        devices.append({"name": "all", "containerEdits": {"deviceNodes": [
-            _node(dev_dir, f"nvidia{g.minor}") for g in sorted(gpus, key=lambda g: g.index)]}})
+    every: List[Dict[str, str]] = []
+    for _, names, nodes in sorted(named, key=lambda n: n[0]):
+        devices += [{"name": name, "containerEdits": {"deviceNodes": nodes}} for name in names]
+        every += [n for n in nodes if n not in every]      # a parent's node once
+    if every:
+        devices.append({"name": "all", "containerEdits": {"deviceNodes": every}})
     mounts = [{"hostPath": str(volume.path), "containerPath": environment.MOUNT_POINT,
                "options": list(MOUNT_OPTIONS)}]
     mounts += [{"hostPath": str(volume.path / "bin" / name),

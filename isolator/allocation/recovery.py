@@ -5,7 +5,14 @@ For each recorded container:
   before a crash is found too) must exist and hold a process; otherwise the
   container has ended. A live one keeps the GPUs both the ledger grants and the
   kernel allows (an update cut short by a crash ends on the smaller side), and its
-  device rules are written again to match exactly;
+  device rules are written again to match exactly, a drift logged;
+- a MESOS container's MIG devices are read back the same way, by their capability
+  nodes (the parent's /dev/nvidia<N> is shared by its siblings and tells nothing):
+  one neither of whose two nodes the kernel allows is not the container's there
+  (an update cut short: the ledger is written first) and is let go, as a whole GPU
+  is; one with a node missing, or another instance's node allowed, drifted (no
+  write of ours leaves that: a rule removed or added behind our back) and is
+  restored, logged;
 - a DOCKER container: the engine is asked which labelled containers are alive; a dead
   one gives its GPUs back; while the engine does not answer, nothing is released;
 - prepared but never isolated: kept (its executor may be about to isolate it)
@@ -31,6 +38,8 @@ from isolator.cgroups.container_cgroups import CgroupVanished, ContainerCgroups
 from isolator.cgroups.device_program import UnreadableProgram
 from isolator.allocation.docker_state import DockerState, DockerUnavailable
 from isolator.allocation.ledger import Holding
+from isolator.discovery import mig
+from isolator.discovery.gpu import Gpu
 
 log = logging.getLogger("mesos-gpu.agent")
 
@@ -40,6 +49,7 @@ class Report:
     kept: List[str] = field(default_factory=list)
     released: List[Tuple[str, str]] = field(default_factory=list)      # (id, why)
     narrowed: List[Tuple[str, Tuple[int, ...], Tuple[int, ...]]] = field(default_factory=list)
+    restored: List[str] = field(default_factory=list)     # device rules drifted: written again
     orphans: List[str] = field(default_factory=list)
     unverified: List[str] = field(default_factory=list)
     awaiting: List[str] = field(default_factory=list)     # ended, owner alive
@@ -51,6 +61,8 @@ class Report:
             text += f"; {len(self.released)} stale container(s) released"
         if self.narrowed:
             text += f"; {len(self.narrowed)} container(s) narrowed to what the kernel allows"
+        if self.restored:
+            text += f"; {len(self.restored)} container(s)' drifted device rules restored"
         if self.orphans:
             text += f"; {len(self.orphans)} unrecorded cgroup(s) stripped of GPUs"
         if self.awaiting:
@@ -63,11 +75,16 @@ class Report:
 
 class Recovery:
     def __init__(self, cgroups: ContainerCgroups, managed: Sequence[int],
-                 rules_for, docker: Optional[DockerState]) -> None:
+                 rules_for, docker: Optional[DockerState], units: Sequence[Gpu] = ()) -> None:
         self.cgroups = cgroups
         self.managed = sorted(managed)
-        self.rules_for = rules_for          # minors -> device rules
+        self.rules_for = rules_for          # keys -> device rules
         self.docker = docker
+        # what is handed out (whole GPUs and MIG devices): each MIG device's caps nodes,
+        # read back; with the parents' nodes, what a drift check asks the kernel about
+        self.mig_caps = mig.caps_nodes(units)
+        self.all_caps = sorted({c for caps in self.mig_caps.values() for c in caps})
+        self.mig_nodes = mig.drift_nodes(units)
         self.report = Report()
 
     def run(self, holdings: Dict[str, Holding]) -> Dict[str, Holding]:
@@ -112,24 +129,58 @@ class Recovery:
             return None
         try:
             allowed = self.cgroups.allowed(existing, self.managed)
+            caps = self.cgroups.allowed_nodes(existing, self.all_caps)
         except UnreadableProgram as e:
             log.warning("container %s: cannot read its device program (%s); "
                         "rewriting it from the ledger", h.container_id, e)
-            allowed = set(self.managed)
+            allowed, caps = set(self.managed), None
         except CgroupVanished:
             self._release(h, "its cgroup vanished during recovery")
             return None
-        gpus = tuple(m for m in h.gpus if m not in self.managed or m in allowed)
+        gpus = tuple(m for m in h.gpus if self._kept(m, allowed, caps))
         if gpus != h.gpus:
             log.warning("container %s: ledger grants GPUs %s, kernel allows %s: keeping %s",
                         h.container_id, list(h.gpus), sorted(allowed), list(gpus))
             self.report.narrowed.append((h.container_id, h.gpus, gpus))
+        rules = self.rules_for(gpus)
+        self._log_caps_drift(h.container_id, gpus, caps)
         try:               # each hierarchy written again only where it is not exact
-            self.cgroups.repair(existing, self.rules_for(gpus), self.managed)
+            drifted = self.cgroups.repair(existing, rules, self.managed, self.mig_nodes)
         except UnreadableProgram:
-            self.cgroups.apply(existing, self.rules_for(gpus))
+            self.cgroups.apply(existing, rules)
+            drifted = []
+        if drifted:
+            log.warning("container %s: device rules drifted from the ledger in %s while the "
+                        "daemon was away: restored (GPUs %s)", h.container_id,
+                        ", ".join(drifted), list(gpus))
+            self.report.restored.append(h.container_id)
         uuids = tuple(u for m, u in zip(h.gpus, h.uuids) if m in gpus) if h.uuids else ()
         return replace(h, gpus=gpus, uuids=uuids, state="isolated", cgroups=existing)
+
+    def _kept(self, key: int, allowed: set, caps: Optional[set]) -> bool:
+        """Does the kernel still give the container this GPU or MIG device? A key we
+        cannot read back (not managed now) is kept, as the ledger says."""
+        if key in self.managed:
+            return key in allowed
+        own = self.mig_caps.get(key)
+        if own is None or caps is None:
+            return True
+        return any(c in caps for c in own)
+
+    def _log_caps_drift(self, container_id: str, gpus: Tuple[int, ...],
+                        caps: Optional[set]) -> None:
+        """Say how the capability nodes the kernel allows differ from those of the
+        container's MIG devices (repair then writes the rules again)."""
+        if caps is None:
+            return
+        own = {c for k in gpus for c in self.mig_caps.get(k, ())}
+        missing, extra = sorted(own - caps), sorted(caps - own)
+        if missing:
+            log.warning("container %s: the kernel no longer lets it open its MIG capability "
+                        "nodes %s", container_id, _nodes(missing))
+        if extra:
+            log.warning("container %s: the kernel lets it open MIG capability nodes it does "
+                        "not hold: %s (another instance's)", container_id, _nodes(extra))
 
     def _docker_live(self) -> Optional[Dict[str, str]]:
         if self.docker is None:
@@ -164,3 +215,7 @@ class Recovery:
             else:
                 self.cgroups.remove(paths)
             self.report.orphans.append(cid)
+
+
+def _nodes(nodes) -> str:
+    return ", ".join(f"{major}:{minor}" for major, minor in nodes)

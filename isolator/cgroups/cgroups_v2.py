@@ -106,9 +106,24 @@ def program_count(path: str) -> int:
         os.close(cg_fd)
 
 
-def enforces_exactly(path: str, rules: Sequence[Rule], minors: Iterable[int]) -> bool:
+def allowed_nodes(path: str, nodes: Iterable[Tuple[int, int]]
+                  ) -> Optional[Set[Tuple[int, int]]]:
+    """The character devices (major, minor) of `nodes` the kernel lets this cgroup's
+    processes open for read+write, by running its programs; None when no program
+    is attached. Raises UnreadableProgram for a foreign program."""
+    progs = programs(path)
+    if not progs:
+        return None
+    return {n for n in nodes
+            if all(device_program.evaluate(p, "c", n[0], n[1], "rw") for p in progs)}
+
+
+def enforces_exactly(path: str, rules: Sequence[Rule], minors: Iterable[int],
+                     nodes: Iterable[Tuple[int, int]] = ()) -> bool:
     """True when one program is attached and it answers as `rules` do for every
-    device they name, every GPU minor and a block device none of them allows."""
+    device they name, every GPU minor, every character device of `nodes` (the MIG
+    capability nodes: another instance's must stay denied) and a block device none
+    of them allows."""
     progs = programs(path)
     if len(progs) != 1:
         return False
@@ -116,6 +131,7 @@ def enforces_exactly(path: str, rules: Sequence[Rule], minors: Iterable[int]) ->
     probes = {(r.type, r.major, r.minor) for r in rules
               if r.type in ("c", "b") and r.major is not None and r.minor is not None}
     probes |= {("c", NVIDIA_MAJOR, m) for m in minors} | {("b", 8, 0), ("c", 10, 229)}
+    probes |= {("c", major, minor) for major, minor in nodes}
     try:
         for dev_type, major, minor in probes:
             for access in ("rw", "m"):

@@ -8,7 +8,7 @@ named like the hierarchy ("v1", "v2"), and every operation is the same call on
 each: create (all or nothing), apply, read back, remove.
 """
 import os
-from typing import Callable, Dict, List, Optional, Sequence, Set
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from isolator.cgroups import backends, cgroup_paths
 from isolator import crashpoints
@@ -85,22 +85,37 @@ class ContainerCgroups:
                 allowed &= found
         return allowed
 
+    def allowed_nodes(self, paths: Dict[str, str],
+                      nodes: Sequence[Tuple[int, int]]) -> Set[Tuple[int, int]]:
+        """The character devices (major, minor) of `nodes` (MIG capability nodes) every
+        hierarchy lets the container open (read back from the kernel)."""
+        allowed = set(nodes)
+        for version, path in paths.items():
+            try:
+                found = self._backend(version).allowed_nodes(path, nodes)
+            except BackendGone:
+                raise CgroupVanished(path) from None
+            if found is not None:
+                allowed &= found
+        return allowed
+
     def drifted(self, paths: Dict[str, str], rules: Sequence[Rule],
-                minors: Sequence[int]) -> List[str]:
-        """The hierarchies whose device rules are no longer exactly `rules`."""
+                minors: Sequence[int], nodes: Sequence[Tuple[int, int]] = ()) -> List[str]:
+        """The hierarchies whose device rules are no longer exactly `rules` (for the GPU
+        `minors` and the MIG capability `nodes` above all)."""
         out = []
         for version, path in paths.items():
             try:
-                if self._backend(version).drifted(path, rules, minors):
+                if self._backend(version).drifted(path, rules, minors, nodes):
                     out.append(version)
             except BackendGone:
                 raise CgroupVanished(path) from None
         return out
 
     def repair(self, paths: Dict[str, str], rules: Sequence[Rule],
-               minors: Sequence[int]) -> List[str]:
+               minors: Sequence[int], nodes: Sequence[Tuple[int, int]] = ()) -> List[str]:
         """Write `rules` again where they drifted; returns those hierarchies."""
-        drifted = self.drifted(paths, rules, minors)
+        drifted = self.drifted(paths, rules, minors, nodes)
         self.apply({v: paths[v] for v in drifted}, rules)
         return drifted
 

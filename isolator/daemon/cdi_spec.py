@@ -1,5 +1,9 @@
 """The CDI spec of this node: its GPUs (NVML), its control devices and its
 driver volume, written for CDI runtimes (see volumes/cdi.py for the content).
+What is handed out is described: whole GPUs with MIG off, and the MIG devices
+of GPUs in MIG mode whose capability nodes are known (mig.schedulable); a MIG
+device whose capability files cannot be read is left out, as it is never
+handed out (it could not be isolated).
 
 `mesos-gpu cdi generate` writes it once; the agent daemon with --cdi_spec
 writes it at start and again when the driver changes (driver_watch.py).
@@ -11,7 +15,7 @@ import os
 import sys
 from typing import Any, Dict, Sequence
 
-from isolator.discovery import devices, nvml
+from isolator.discovery import devices, mig, nvml
 from isolator.daemon import flags
 from isolator.discovery.gpu import Gpu
 from volumes import builder, cdi
@@ -21,14 +25,18 @@ from common.errors import UserError
 log = logging.getLogger("mesos-gpu.cdi")
 
 
-def node_spec(gpus: Sequence[Gpu], volume: builder.Volume, dev_dir: str) -> Dict[str, Any]:
-    """The spec for these GPUs, the control devices present under dev_dir, and the volume."""
+def node_spec(units: Sequence[Gpu], volume: builder.Volume, dev_dir: str) -> Dict[str, Any]:
+    """The spec for what is handed out (whole GPUs and MIG devices, as mig.schedulable
+    gives them), the control devices present under dev_dir, and the volume."""
     control = [os.path.basename(n.path) for n in devices.control_devices(dev_dir)]
     if "nvidiactl" not in control:
         log.warning("%s/nvidiactl is missing: containers given these CDI devices cannot use "
                     "their GPUs until the NVIDIA driver creates it", dev_dir)
-    return cdi.spec([cdi.CdiGpu(g.index, g.uuid, g.minor) for g in gpus], cdi.volume_of(volume),
-                    control, dev_dir)
+    whole = [cdi.CdiGpu(g.index, g.uuid, g.minor) for g in units
+             if not isinstance(g, mig.MigDevice)]
+    migs = [cdi.CdiMig(m.index, m.mig_index, m.uuid, m.minor, [c[1] for c in m.caps()])
+            for m in units if isinstance(m, mig.MigDevice) and m.isolatable]
+    return cdi.spec(whole, cdi.volume_of(volume), control, dev_dir, migs)
 
 
 def write(spec: Dict[str, Any], path: str) -> bool:
@@ -54,7 +62,8 @@ def register(sub) -> None:
         "generate", help="write the nvidia.com/gpu spec for this node's GPUs and driver volume",
         description=f"Discover the GPUs through NVML, build (or reuse) the driver volume, and "
                     f"write the CDI spec: kind {cdi.KIND}, one device per GPU by NVML index "
-                    f"and by UUID, plus 'all'; the control devices, the volume read-only at "
+                    f"and by UUID, one per MIG device by <gpu>:<mig index> and by MIG- UUID "
+                    f"(a GPU in MIG mode only as its MIG devices), plus 'all'; the control devices, the volume read-only at "
                     f"/usr/local/nvidia, its binaries at {cdi.BINARY_DIR}, the GSP firmware, "
                     f"LD_LIBRARY_PATH. Then e.g. `podman run --device {cdi.KIND}=0 IMAGE`.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -77,11 +86,12 @@ def cmd_generate(args) -> int:
         cdi.check_path(args.output)
     if not os.path.isdir(args.dev_dir):
         raise UserError(f"--dev_dir {args.dev_dir}: not a directory")
-    inventory = nvml.discover(args.nvml_library)
+    inventory = nvml.discover(args.nvml_library, caps=flags.nvidia_caps(args))
     if inventory.unavailable or not inventory.gpus:
         raise UserError(f"no GPU to describe: {inventory.unavailable}")
     volume = builder.build(inventory.driver_version, args.driver_root, args.volume_root)
-    spec = node_spec(inventory.gpus, volume, args.dev_dir)
+    spec = node_spec(mig.schedulable(inventory.gpus, inventory.mig_devices), volume,
+                     args.dev_dir)
     if args.stdout:
         json.dump(spec, sys.stdout, indent=2)
         print()

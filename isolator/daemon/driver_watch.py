@@ -120,7 +120,9 @@ class DriverWatch:
     def _write_cdi(self) -> None:
         if self.cdi_path is None or self.volume is None:
             return
-        spec = cdi_spec.node_spec(list(self.service.gpus.values()), self.volume, self.dev_dir)
+        with self.service.lock:     # a MIG device gone from NVML (withdrawn) is not offered
+            units = [g for k, g in self.service.gpus.items() if k not in self.service.withdrawn]
+        spec = cdi_spec.node_spec(units, self.volume, self.dev_dir)
         if Path(self.cdi_path).exists() and cdi.read(self.cdi_path) == spec:
             return                  # checked every round: only a change is written and logged
         cdi_spec.write(spec, self.cdi_path)

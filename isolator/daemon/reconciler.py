@@ -22,7 +22,8 @@ owner wakes it), one pass compares each holding with what is really there:
 
 The same pass is an isolation auditor: it reads back every isolated container's
 device rules through its isolation backends (the v1 whitelist, the v2 eBPF program,
-Docker's v1 device cgroup)
+Docker's v1 device cgroup; for MIG, every instance's capability nodes and the
+parents' nodes are asked about, as a container may open its own instance's only)
 and writes them again when they drifted from the ledger (a `systemctl
 daemon-reload` rewrites device cgroups on systemd hosts), counting each repair.
 Facts are gathered without the service lock; a release re-checks under the lock
@@ -38,6 +39,7 @@ from typing import Dict, List, Optional, Set, Tuple
 
 from isolator.cgroups import backends, docker_devices
 from isolator.allocation import mesos_agent_api
+from isolator.discovery import mig
 from isolator.api import DOCKER, MESOS
 from isolator.cgroups.container_cgroups import CgroupVanished
 from isolator.allocation.docker_state import LIVE_STATES, DockerUnavailable
@@ -135,6 +137,8 @@ class Reconciler:
         self.last_pass_seconds = 0.0
         self._mesos_misses: Counter = Counter()
         self._ended: Dict[str, float] = {}        # container id -> when first found ended
+        # the MIG devices' capability and parent nodes, asked about by each drift check
+        self.mig_nodes = mig.drift_nodes(list(service.gpus.values()))
         service.on_new_owner(self.watcher.watch)
 
     def start(self, stop: threading.Event) -> List[threading.Thread]:
@@ -269,7 +273,8 @@ class Reconciler:
                 with service.lock:
                     if service.holdings.get(h.container_id) is not h:
                         return
-                    drifted = service.cgroups.repair(paths, rules, service.kernel_minors)
+                    drifted = service.cgroups.repair(paths, rules, service.kernel_minors,
+                                                     self.mig_nodes)
                 if drifted:
                     self._count_repair(h, drifted)
             elif h.docker_id and service.docker is not None and service.cgroups.host.devices_v1:

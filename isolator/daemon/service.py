@@ -107,7 +107,8 @@ class AgentService:
         """Load the ledger, check it against the kernel and Docker, write a new snapshot."""
         with self.lock:
             recorded = self.ledger.load()
-            recovery = Recovery(self.cgroups, self.kernel_minors, self._rules, self.docker)
+            recovery = Recovery(self.cgroups, self.kernel_minors, self._rules, self.docker,
+                                list(self.gpus.values()))
             self.holdings = self._record_recovery(recorded, recovery.run(recorded))
             self.shares.check_holdings(self.holdings.values(), self.gpus)
             for h in self.holdings.values():
@@ -630,7 +631,8 @@ class AgentService:
                          h.container_id, docker_id[:12])
 
     def usage(self, container_id: str) -> Usage:
-        """The container's GPUs now: the whole GPU's figures, and its own processes'."""
+        """The container's GPUs now: the whole GPU's figures (a MIG device's own memory and
+        processes: nvml_health.sample_mig), and its own processes'."""
         with self.lock:
             h = self._get(container_id)
             gpus = [self.gpus[m] for m in h.gpus if m in self.gpus]
@@ -645,15 +647,15 @@ class AgentService:
                 if self.monitor is not None and self.monitor.holds_nvml:
                     # NVML is initialised for the daemon's life: no session, whose lock
                     # would make each usage wait on another's stuck call
-                    samples = {g.index: nvml_health.sample(g.index) for g in gpus}
+                    samples = {g.key: nvml_health.sample_unit(g) for g in gpus}
                 else:
                     with nvml.session(self.nvml_library):
-                        samples = {g.index: nvml_health.sample(g.index) for g in gpus}
+                        samples = {g.key: nvml_health.sample_unit(g) for g in gpus}
             except nvml.NvmlUnavailable as e:
                 raise Unavailable(f"NVML: {e}") from None
             finally:
                 self._usage_slots.release()
-        return Usage(h.container_id, tuple(gpu_usage(g, samples[g.index], h) for g in gpus))
+        return Usage(h.container_id, tuple(gpu_usage(g, samples[g.key], h) for g in gpus))
 
     # --- GPU health -----------------------------------------------------------------------------
 
@@ -789,5 +791,6 @@ def gpu_usage(g: Gpu, sample: nvml_health.DeviceSample, h: Holding) -> GpuUsage:
                     gpu_utilization=sample.gpu_utilization,
                     memory_utilization=sample.memory_utilization,
                     task_memory_used=sum(p.memory_used for p in own),
-                    task_sm_utilization=min(100, sum(sm)) if sm else (0 if own else None),
+                    task_sm_utilization=min(100, sum(sm)) if sm else
+                    (0 if own and g.key == g.minor else None),     # none on a MIG device
                     processes=processes)

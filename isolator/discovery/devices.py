@@ -9,7 +9,7 @@ into their own form, so the three can never disagree.
 import os
 import stat
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Sequence
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from isolator.discovery.gpu import NVIDIA_MAJOR, Gpu
 
@@ -135,6 +135,14 @@ def container_rules(granted: Iterable[Gpu], control: Sequence[DeviceNode]) -> Li
     rules += [Rule("c", major, minor) for major, minor in
               sorted({c for g in granted for c in g.caps()})]
     return rules
+
+
+def allowed_nodes(rules: Iterable[Rule], nodes: Iterable[Tuple[int, int]]
+                  ) -> List[Tuple[int, int]]:
+    """Which of these character devices (major, minor) the rules let a process open
+    for read+write (a MIG device's capability nodes)."""
+    rules = list(rules)
+    return [n for n in nodes if any(r.covers("c", n[0], n[1], "rw") for r in rules)]
 
 
 def allowed_gpu_minors(rules: Iterable[Rule], minors: Iterable[int]) -> List[int]:

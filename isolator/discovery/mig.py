@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import pynvml
 
-from isolator.discovery.gpu import Gpu, MIG_DISABLED, MIG_ENABLED
+from isolator.discovery.gpu import NVIDIA_MAJOR, Gpu, MIG_DISABLED, MIG_ENABLED
 from isolator.discovery.nvidia_caps import CapsUnreadable, NvidiaCaps
 
 log = logging.getLogger("mesos-gpu.nvml")
@@ -51,6 +51,8 @@ class MigDevice(Gpu):
     """A MIG device: `index`, `minor`, `pci_bus_id`, `board_id` are its parent GPU's;
     `uuid` (MIG-...), `name`, `memory_total` its own."""
     parent_uuid: str = ""
+    mig_index: int = 0                    # its index among its parent's MIG devices (NVML's
+                                          # handle-by-index; CDI names it <gpu>:<mig_index>)
     gpu_instance_id: int = 0
     compute_instance_id: int = 0
     profile: str = ""                     # e.g. "1g.18gb"
@@ -145,7 +147,7 @@ def devices(parent: Gpu, handle, caps: NvidiaCaps) -> List[MigDevice]:
             memory_total=int(pynvml.nvmlDeviceGetMemoryInfo(m).total),
             pci_bus_id=parent.pci_bus_id, compute_capability=parent.compute_capability,
             board_id=parent.board_id, mig_mode=None, parent_uuid=parent.uuid,
-            gpu_instance_id=gi, compute_instance_id=ci,
+            mig_index=i, gpu_instance_id=gi, compute_instance_id=ci,
             profile=profile.name if profile else f"profile-{info.profileId}",
             profile_id=int(info.profileId),
             caps_major=caps_major if not error else None,
@@ -167,6 +169,22 @@ def schedulable(gpus: Sequence[Gpu], mig_devices: Sequence[MigDevice]) -> List[G
         else:
             out.append(g)
     return out
+
+
+def caps_nodes(units: Sequence[Gpu]) -> Dict[int, Tuple[Tuple[int, int], ...]]:
+    """key -> the capability nodes (major, minor) of each MIG device among `units` that
+    can be isolated: what recovery and the reconciler read back from the kernel."""
+    return {u.key: u.caps() for u in units if isinstance(u, MigDevice) and u.isolatable}
+
+
+def drift_nodes(units: Sequence[Gpu]) -> List[Tuple[int, int]]:
+    """The character devices (major, minor) a drift check asks the kernel about beyond
+    whole GPUs: every MIG device's capability nodes (another instance's allowed is a
+    drift) and its parent's node (shared by its siblings, so never read back as a
+    grant, but a container holding none of its MIG devices must not open it)."""
+    nodes = {c for caps in caps_nodes(units).values() for c in caps}
+    nodes |= {(NVIDIA_MAJOR, u.minor) for u in units if isinstance(u, MigDevice)}
+    return sorted(nodes)
 
 
 def profile_counts(units: Sequence[Gpu]) -> Dict[str, int]:

@@ -39,7 +39,7 @@ import pynvml
 
 from isolator.discovery import nvml
 from isolator.health import nvml_health
-from isolator.discovery.gpu import Gpu
+from isolator.discovery.gpu import MIG_ENABLED, Gpu
 from isolator.health.gpu_health import (ECC_DBE, GPU_LOST, RETIRED_PAGES_PENDING, ROW_REMAP_FAILURE,
                                  ROW_REMAP_PENDING, SELF_CHECK, THERMAL, XID, Fault, HealthBook)
 from isolator.health.nvml_health import DeviceSample, Event
@@ -110,6 +110,8 @@ class HealthMonitor:
         self.wake = threading.Event()
         self.lock = threading.Lock()
         self.samples: Dict[int, DeviceSample] = {}          # minor -> the last poll's
+        # MIG device UUID -> the last poll's: its own memory and processes (nvml_health)
+        self.mig_samples: Dict[str, DeviceSample] = {}
         self.sampled_at = 0.0
         self.last_xid: Dict[int, int] = {}                  # minor -> code
         self.xids: Counter = Counter()                      # (minor, code) -> count
@@ -300,13 +302,21 @@ class HealthMonitor:
 
     def poll_once(self) -> None:
         fresh: Dict[int, DeviceSample] = {}
+        migs: Dict[str, DeviceSample] = {}
         for minor, gpu in sorted(self.gpus.items()):
             sample = self._sample(gpu)
             fresh[minor] = sample
+            if gpu.mig_mode == MIG_ENABLED:
+                migs.update(nvml_health.sample_migs(
+                    sample, calling=lambda name, m=minor: self._calling("poll", name, m)))
             for fault in conditions(sample, self.samples.get(minor)):
                 self.on_fault(minor, fault)
         with self.lock:
+            for mig in migs.values():                 # their own calls' errors
+                for name in mig.errors:
+                    self.nvml_errors[name] += 1
             self.samples = fresh
+            self.mig_samples = migs
             self.sampled_at = self.clock()
             self.polls += 1
         for minor in self.book.due():
@@ -320,7 +330,8 @@ class HealthMonitor:
         stuck = self.stuck()
         said = self.stuck_text(stuck)
         with self.lock:
-            return {"samples": dict(self.samples), "sampled_at": self.sampled_at,
+            return {"samples": dict(self.samples), "mig_samples": dict(self.mig_samples),
+                    "sampled_at": self.sampled_at,
                     "last_xid": dict(self.last_xid), "xids": Counter(self.xids),
                     "ecc_events": Counter(self.ecc_events),
                     "nvml_errors": Counter(self.nvml_errors), "probes": Counter(self.probes),

@@ -12,11 +12,17 @@
   compute processes with their memory and SM utilisation. A GPU that answers
   NVML_ERROR_GPU_IS_LOST has fallen off the bus. Calls a GPU does not support
   are skipped; other errors are reported per function, not raised.
+- `sample_mig()`: a MIG device's figures: its own memory and compute processes
+  (NVML answers nvmlDeviceGetMemoryInfo and nvmlDeviceGetComputeRunningProcesses
+  on the MIG device's handle), the rest its parent GPU's sample (temperature,
+  power, ECC and pages are one GPU's). NVML has no utilisation per MIG device
+  (nvmlDeviceGetUtilizationRates and per-process samples: not supported), so none
+  is reported rather than the whole GPU's; `sample_unit()` picks for a record.
 
 Callers hold NVML initialised (isolator.discovery.nvml.hold). NVML indices throughout.
 """
 import ctypes
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Dict, List, Optional, Sequence
 
 import pynvml
@@ -200,6 +206,72 @@ def sample(index: int, with_processes: bool = True, since_us: int = 0,
     except _Lost:
         out.lost = True
     return out
+
+
+def mig_base(parent: DeviceSample, uuid: str) -> DeviceSample:
+    """A MIG device's sample before its own figures are read: its GPU's, without the
+    memory, processes and utilisation that are not the MIG device's (`errors`: those
+    of its own calls only)."""
+    return replace(parent, uuid=uuid, gpu_utilization=None, memory_utilization=None,
+                   memory_used=None, memory_free=None, memory_total=None, processes=[],
+                   errors={})
+
+
+def _mig_figures(out: DeviceSample, read: _Reader, handle) -> None:
+    mem = read("nvmlDeviceGetMemoryInfo", handle)
+    if mem is not None:
+        out.memory_used, out.memory_free, out.memory_total = (int(mem.used), int(mem.free),
+                                                              int(mem.total))
+    out.processes = _processes(read, handle, 0)
+
+
+def sample_mig(parent: DeviceSample, uuid: str,
+               calling: Optional[Calling] = None) -> DeviceSample:
+    """The MIG device `uuid` (MIG-...): its memory and processes from its own handle,
+    the rest of `parent` (its GPU's sample), no utilisation (NVML has none per MIG
+    device). A MIG device NVML no longer knows reports no memory and no process."""
+    out = mig_base(parent, uuid)
+    if parent.lost:
+        return out
+    read = _Reader(out, calling)
+    try:
+        handle = read("nvmlDeviceGetHandleByUUID", uuid)
+        if handle is not None:
+            _mig_figures(out, read, handle)
+    except _Lost:
+        out.lost = True
+    return out
+
+
+def sample_migs(parent: DeviceSample, calling: Optional[Calling] = None
+                ) -> Dict[str, DeviceSample]:
+    """Every MIG device of the GPU `parent` was sampled from (in MIG mode), by UUID."""
+    out: Dict[str, DeviceSample] = {}
+    if parent.lost:
+        return out
+    read = _Reader(DeviceSample(parent.index), calling)
+    try:
+        handle = read("nvmlDeviceGetHandleByIndex", parent.index)
+        count = read("nvmlDeviceGetMaxMigDeviceCount", handle) if handle is not None else None
+        for i in range(int(count or 0)):
+            mig = read("nvmlDeviceGetMigDeviceHandleByIndex", handle, i)
+            if mig is None:
+                continue                  # no MIG device at this index: the slots are sparse
+            uuid = read("nvmlDeviceGetUUID", mig)
+            if uuid is None:
+                continue
+            uuid = uuid.decode() if isinstance(uuid, bytes) else uuid
+            one = out[uuid] = mig_base(parent, uuid)
+            _mig_figures(one, _Reader(one, calling), mig)
+    except _Lost:
+        pass                              # the parent's own sample says it is lost
+    return out
+
+
+def sample_unit(unit) -> DeviceSample:
+    """What is handed out (a whole GPU, or a MIG device: isolator.discovery.mig) now."""
+    whole = sample(unit.index)
+    return sample_mig(whole, unit.uuid) if getattr(unit, "parent_uuid", "") else whole
 
 
 def _processes(read: _Reader, handle, since_us: int) -> List[ProcessSample]:

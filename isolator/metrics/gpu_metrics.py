@@ -34,6 +34,7 @@ from isolator.health.gpu_health import STATES
 from isolator.allocation.ledger import Holding
 from isolator.metrics.exposition import Text
 from isolator.health.health_monitor import STUCK_AFTER
+from isolator.health import nvml_health
 from isolator.health.nvml_health import DeviceSample
 
 if TYPE_CHECKING:
@@ -82,7 +83,7 @@ DCGM: List[Tuple[str, str, str, Callable[[DeviceSample], Optional[object]]]] = [
 
 def gpu_labels(g: Gpu, h: Optional[Holding]) -> Dict[str, object]:
     """DCGM exporter's labels; a MIG device adds its GPU instance id and profile
-    (GPU_I_ID, GPU_I_PROFILE) as the exporter does, its figures being its parent's."""
+    (GPU_I_ID, GPU_I_PROFILE) as the exporter does."""
     task = (h.task if h is not None else None) or TaskLabels()
     labels: Dict[str, object] = {
         "gpu": g.index, "UUID": g.uuid, "device": f"nvidia{g.minor}", "modelName": g.name,
@@ -102,16 +103,18 @@ def write(out: Text, service: "AgentService") -> None:
             for m in h.gpus:
                 holders.setdefault(m, []).append(h)
         shared = service._shared_info() if service.shares.gpus else {}
-    # By key: a MIG device is a row of its own; samples, XIDs and health are its
-    # parent GPU's (by minor). A GPU's own series name its holder; a shared GPU's
-    # name none (its tenants have theirs).
+    # By key: a MIG device is a row of its own; its memory and processes its own
+    # (unit_sample), its other figures, XIDs and health its parent GPU's (by minor). A
+    # GPU's own series name its holder; a shared GPU's name none (its tenants have theirs).
     gpus = [service.gpus[k] for k in sorted(service.gpus)]
     labels = {g.key: gpu_labels(g, holders[g.key][0] if len(holders.get(g.key, ())) == 1
                                 and not holders[g.key][0].share else None) for g in gpus}
     snap = service.monitor.snapshot() if service.monitor is not None else {}
-    samples: Dict[int, DeviceSample] = snap.get("samples", {})
+    parents: Dict[int, DeviceSample] = snap.get("samples", {})
+    samples = {g.key: unit_sample(g, parents, snap.get("mig_samples", {})) for g in gpus
+               if g.minor in parents}
     for name, kind, help_text, read in DCGM:
-        rows = [(labels[g.key], read(samples[g.minor])) for g in gpus if g.minor in samples]
+        rows = [(labels[g.key], read(samples[g.key])) for g in gpus if g.key in samples]
         out.family(name, kind, help_text, [(k, v) for k, v in rows if v is not None])
     last_xid = snap.get("last_xid", {})
     out.family("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.",
@@ -119,6 +122,15 @@ def write(out: Text, service: "AgentService") -> None:
     _health(out, service, gpus, labels, snap)
     _tasks(out, gpus, holders, samples)
     _shared(out, service, shared)
+
+
+def unit_sample(g: Gpu, parents: Dict[int, DeviceSample],
+                migs: Dict[str, DeviceSample]) -> DeviceSample:
+    """The figures of what is handed out: a whole GPU's sample, or a MIG device's own
+    (memory, processes; none NVML cannot give, when the last poll did not find it)."""
+    if not getattr(g, "parent_uuid", ""):
+        return parents[g.minor]
+    return migs.get(g.uuid) or nvml_health.mig_base(parents[g.minor], g.uuid)
 
 
 def _shared(out: Text, service: "AgentService", shared: Dict) -> None:
@@ -208,7 +220,7 @@ def _tasks(out: Text, gpus: List[Gpu], holders: Dict[int, List[Holding]],
     cgroups), with its share."""
     memory, utilization, count = [], [], []
     for g in gpus:
-        sample = samples.get(g.minor)
+        sample = samples.get(g.key)
         for h in holders.get(g.key, ()) if sample is not None else ():
             _task_rows(g, h, sample, memory, utilization, count)
     out.family("mesos_gpu_task_gpu_memory_used_bytes", "gauge",
@@ -233,5 +245,6 @@ def _task_rows(g: Gpu, h: Holding, sample: DeviceSample, memory: list, utilizati
     own = [p for p in sample.processes if process_containers.belongs(p.pid, h)]
     memory.append((labels, sum(p.memory_used for p in own)))
     sm = [p.sm_utilization for p in own if p.sm_utilization is not None]
-    utilization.append((labels, min(100, sum(sm))))
+    if not getattr(g, "parent_uuid", ""):       # NVML has no per-process samples on MIG
+        utilization.append((labels, min(100, sum(sm))))
     count.append((labels, len(own)))

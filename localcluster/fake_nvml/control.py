@@ -93,6 +93,15 @@ class Control:
     def process_gone(self, index: int, pid: int) -> None:
         self.line(f"noproc {self._index(index)} {int(pid)}")
 
+    def mig_process(self, index: int, gi: int, ci: int, pid: int, memory_used: int) -> None:
+        """A compute process on a MIG device of GPU `index` (its GPU and compute instance),
+        listed on the MIG device's handle, its memory in the MIG device's."""
+        self.line(f"migproc {self._index(index)} {int(gi)} {int(ci)} {int(pid)} "
+                  f"{int(memory_used)}")
+
+    def mig_process_gone(self, index: int, gi: int, ci: int, pid: int) -> None:
+        self.line(f"nomigproc {self._index(index)} {int(gi)} {int(ci)} {int(pid)}")
+
     # --- NVML itself failing ------------------------------------------------------------------
     @staticmethod
     def _function(function: str) -> str:

@@ -25,6 +25,11 @@
  *   migdev <i> <gi> <ci> <profileId> <start> <uuid>
  *                                 a MIG device of GPU i: GPU instance <gi> of that profile at
  *                                 placement <start>, with compute instance <ci> spanning it
+ *   migproc <i> <gi> <ci> <pid> <usedBytes>   a compute process on that MIG device: listed
+ *                                 by nvmlDeviceGetComputeRunningProcesses on the MIG device's
+ *                                 handle (with its GPU and compute instance ids), its memory
+ *                                 in the MIG device's nvmlDeviceGetMemoryInfo (as NVML)
+ *   nomigproc <i> <gi> <ci> <pid> that process is gone from the MIG device
  * <i>, <j> are NVML indices (the order of the gpu lines).
  * Lines starting with '#' are ignored.
  * $FAKE_NVML_INIT_ERROR=<nvmlReturn_t code> makes init fail (e.g. 9 = DRIVER_NOT_LOADED).
@@ -213,6 +218,13 @@ static int profile_slot(struct nvmlDevice_st *g, unsigned int id)
     return -1;
 }
 
+static struct nvmlDevice_st *mig_at(unsigned int gpu, unsigned int gi, unsigned int ci)
+{
+    for (unsigned int k = 0; k < nmigs; k++)
+        if (migs[k].parent == gpu && migs[k].giId == gi && migs[k].ciId == ci) return &migs[k];
+    return NULL;
+}
+
 static void drop_mig(unsigned int gpu, unsigned int gi, unsigned int ci)
 {
     for (unsigned int k = 0; k < nmigs; k++)
@@ -313,6 +325,14 @@ static void apply_line(char *line, int control)
         char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
         if (sscanf(line + 7, "%u %u %u %u %u %79s", &a, &gi, &ci, &prof, &start, uuid) == 6)
             add_mig(a, gi, ci, prof, start, uuid);
+    } else if (!strncmp(line, "migproc ", 8)) {
+        unsigned int gi, ci;
+        if (sscanf(line + 8, "%u %u %u %u %llu", &a, &gi, &ci, &p, &used) == 5 && (d = mig_at(a, gi, ci)))
+            set_proc(d, p, used, 0);
+    } else if (!strncmp(line, "nomigproc ", 10)) {
+        unsigned int gi, ci;
+        if (sscanf(line + 10, "%u %u %u %u", &a, &gi, &ci, &p) == 4 && (d = mig_at(a, gi, ci)))
+            drop_proc(d, p);
     } else if (control && !strncmp(line, "nomigdev ", 9)) {
         unsigned int gi, ci;
         if (sscanf(line + 9, "%u %u %u", &a, &gi, &ci) == 3) drop_mig(a, gi, ci);
@@ -625,6 +645,12 @@ nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
             *device = &gpus[i];
             return NVML_SUCCESS;
         }
+    for (unsigned int k = 0; k < nmigs; k++)           /* NVML takes a MIG- UUID too */
+        if (!strcmp(migs[k].uuid, uuid)) {
+            if (gpus[migs[k].parent].lost) return NVML_ERROR_GPU_IS_LOST;
+            *device = &migs[k];
+            return NVML_SUCCESS;
+        }
     return NVML_ERROR_NOT_FOUND;
 }
 
@@ -707,7 +733,8 @@ nvmlReturn_t nvmlDeviceGetMultiGpuBoard(nvmlDevice_t d, unsigned int *multiGpuBo
 nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d, nvmlUtilization_t *u)
 {
     ENTER();
-    CHECK_DEV(d);
+    CHECK_ANY(d);
+    if (d->isMig) return NVML_ERROR_NOT_SUPPORTED;     /* as NVML: none per MIG device */
     if (!u) return NVML_ERROR_INVALID_ARGUMENT;
     u->gpu = d->utilGpu; u->memory = d->utilMem;
     return NVML_SUCCESS;
@@ -716,7 +743,7 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d, nvmlUtilization_t *u)
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned int *count, nvmlProcessInfo_t *infos)
 {
     ENTER();
-    CHECK_DEV(d);
+    CHECK_ANY(d);                                     /* a MIG device lists its own */
     if (!count) return NVML_ERROR_INVALID_ARGUMENT;
     if (d->nprocs == 0) { *count = 0; return NVML_SUCCESS; }
     if (!infos || *count < d->nprocs) { *count = d->nprocs; return NVML_ERROR_INSUFFICIENT_SIZE; }
@@ -724,8 +751,8 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned in
         memset(&infos[i], 0, sizeof infos[i]);
         infos[i].pid = d->procPid[i];
         infos[i].usedGpuMemory = d->procUsed[i];
-        infos[i].gpuInstanceId = 0xFFFFFFFF;
-        infos[i].computeInstanceId = 0xFFFFFFFF;
+        infos[i].gpuInstanceId = d->isMig ? d->giId : 0xFFFFFFFF;
+        infos[i].computeInstanceId = d->isMig ? d->ciId : 0xFFFFFFFF;
     }
     *count = d->nprocs;
     return NVML_SUCCESS;
@@ -743,7 +770,8 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t d, nvmlProcessUtilizat
 {
     (void)lastSeenTimeStamp;
     ENTER();
-    CHECK_DEV(d);
+    CHECK_ANY(d);
+    if (d->isMig) return NVML_ERROR_NOT_SUPPORTED;     /* as NVML: none per MIG device */
     if (!processSamplesCount) return NVML_ERROR_INVALID_ARGUMENT;
     if (d->nprocs == 0) return NVML_ERROR_NOT_FOUND;         /* as NVML: no sample entries */
     if (!utilization || *processSamplesCount < d->nprocs) {

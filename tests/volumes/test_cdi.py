@@ -147,3 +147,36 @@ def test_a_writer_killed_mid_way_leaves_the_old_spec_whole(tmp_path):
     cdi.write(change(["containerEdits", "env"], ["B=c"]), path)
     assert sorted(p.name for p in path.parent.iterdir()) == [".mesos-gpu.json.lock",
                                                              "mesos-gpu.json"]
+
+
+def test_mig_devices_are_named_as_nvidias_toolkit_names_them(volume):
+    """GPU 1 in MIG mode with two MIG devices (it is given no device of its own),
+    GPU 0 whole: each MIG device by <gpu>:<mig index> and by UUID, with the parent's
+    node and exactly its own two capability nodes; `all` has every node once."""
+    migs = [cdi.CdiMig(1, 1, "MIG-bbbb", 3, [5, 6]), cdi.CdiMig(1, 0, "MIG-aaaa", 3, [3, 4])]
+    doc = cdi.spec(GPUS[:1], cdi.volume_of(volume), ["nvidiactl"], "/host/dev", migs)
+    by_name = {d["name"]: d["containerEdits"]["deviceNodes"] for d in doc["devices"]}
+    assert list(by_name) == ["0", "GPU-aaaa", "1:0", "MIG-aaaa", "1:1", "MIG-bbbb", "all"]
+    assert by_name["1:1"] == by_name["MIG-bbbb"] == [
+        {"path": "/dev/nvidia3", "hostPath": "/host/dev/nvidia3"},
+        {"path": "/dev/nvidia-caps/nvidia-cap5", "hostPath": "/host/dev/nvidia-caps/nvidia-cap5"},
+        {"path": "/dev/nvidia-caps/nvidia-cap6", "hostPath": "/host/dev/nvidia-caps/nvidia-cap6"}]
+    assert [n["path"] for n in by_name["all"]] == [
+        "/dev/nvidia0", "/dev/nvidia3", "/dev/nvidia-caps/nvidia-cap3",
+        "/dev/nvidia-caps/nvidia-cap4", "/dev/nvidia-caps/nvidia-cap5",
+        "/dev/nvidia-caps/nvidia-cap6"]
+    assert doc["cdiVersion"] == "0.5.0"          # validated: ':' is a device name character
+    with pytest.raises(UserError, match=r"MIG device MIG-cccc: needs its GPU instance's and "
+                                        r"its compute instance's nvidia-cap minors, got \[7\]"):
+        cdi.spec([], cdi.volume_of(volume), [], "/dev", [cdi.CdiMig(0, 0, "MIG-cccc", 0, [7])])
+
+
+@pytest.mark.parametrize("name, message", [
+    ("0:", "must end with a letter or digit"),
+    (":0", "must start with a letter or digit"),
+    ("0;1", "may only hold letters, digits and _ . : -"),
+])
+def test_mig_like_names_follow_the_cdi_name_rules(name, message):
+    assert cdi.validate(change(["devices", 0, "name"], "1:0")) is None
+    with pytest.raises(UserError, match=message):
+        cdi.validate(change(["devices", 0, "name"], name))

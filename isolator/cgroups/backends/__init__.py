@@ -2,7 +2,7 @@
 
 A backend makes a container's device enforcement exist with its rules in force
 (`create`), changes them (`apply`), reads them back from where they are enforced
-(`allowed`, `drifted`) and takes the enforcement away (`remove`). The daemon
+(`allowed`, `allowed_nodes`, `drifted`) and takes the enforcement away (`remove`). The daemon
 never branches on which backend it uses: the service, recovery and the
 reconciler call these methods for each backend a container has.
 
@@ -17,7 +17,7 @@ A new backend is one new module here: a class implementing this interface and a
 """
 import importlib
 import pkgutil
-from typing import Callable, ClassVar, Dict, List, Optional, Sequence, Set
+from typing import Callable, ClassVar, Dict, List, Optional, Sequence, Set, Tuple
 
 from isolator.discovery.devices import Rule
 
@@ -48,8 +48,16 @@ class IsolationBackend:
         enforced here (no rule of ours at all)."""
         raise NotImplementedError
 
-    def drifted(self, where: str, rules: Sequence[Rule], minors: Sequence[int]) -> bool:
-        """True when what is enforced is no longer exactly `rules`."""
+    def allowed_nodes(self, where: str, nodes: Sequence[Tuple[int, int]]
+                      ) -> Optional[Set[Tuple[int, int]]]:
+        """The character devices (major, minor) of `nodes` the kernel lets through for
+        read+write, read back (MIG capability nodes); None when nothing is enforced here."""
+        raise NotImplementedError
+
+    def drifted(self, where: str, rules: Sequence[Rule], minors: Sequence[int],
+                nodes: Sequence[Tuple[int, int]] = ()) -> bool:
+        """True when what is enforced is no longer exactly `rules`, for the GPU `minors`
+        and the other character devices `nodes` (MIG capability nodes) above all."""
         raise NotImplementedError
 
     def remove(self, where: str, ours: Optional[Callable[[int], bool]] = None,

@@ -1,5 +1,5 @@
 """The "v1" isolation backend: the cgroup v1 devices controller (isolator/cgroups/cgroups_v1.py)."""
-from typing import Callable, List, Optional, Sequence, Set
+from typing import Callable, List, Optional, Sequence, Set, Tuple
 
 from isolator.cgroups import cgroup_paths
 from isolator.discovery import devices
@@ -24,7 +24,13 @@ class CgroupV1(IsolationBackend):
     def allowed(self, where: str, minors: Sequence[int]) -> Optional[Set[int]]:
         return set(devices.allowed_gpu_minors(read_rules(where), minors))
 
-    def drifted(self, where: str, rules: Sequence[Rule], minors: Sequence[int]) -> bool:
+    def allowed_nodes(self, where: str, nodes: Sequence[Tuple[int, int]]
+                      ) -> Optional[Set[Tuple[int, int]]]:
+        return set(devices.allowed_nodes(read_rules(where), nodes))
+
+    def drifted(self, where: str, rules: Sequence[Rule], minors: Sequence[int],
+                nodes: Sequence[Tuple[int, int]] = ()) -> bool:
+        # the whole whitelist is compared: every device, not only `minors` and `nodes`
         return {r.to_v1() for r in read_rules(where)} != {r.to_v1() for r in rules}
 
     def remove(self, where: str, ours: Optional[Callable[[int], bool]] = None,

@@ -1,11 +1,12 @@
 """The "v2" isolation backend: an eBPF device program on the cgroup2 tree
 (isolator/cgroups/cgroups_v2.py)."""
 import os
-from typing import Callable, List, Optional, Sequence, Set
+from typing import Callable, List, Optional, Sequence, Set, Tuple
 
 from isolator.cgroups import cgroup_paths
 from isolator.cgroups.backends import IsolationBackend, register
-from isolator.cgroups.cgroups_v2 import CgroupGone, allowed_gpu_minors, apply, create, enforces_exactly
+from isolator.cgroups.cgroups_v2 import (CgroupGone, allowed_gpu_minors, allowed_nodes, apply,
+                                         create, enforces_exactly)
 from isolator.discovery.devices import Rule
 
 
@@ -28,8 +29,13 @@ class CgroupV2(IsolationBackend):
     def allowed(self, where: str, minors: Sequence[int]) -> Optional[Set[int]]:
         return allowed_gpu_minors(where, minors)
 
-    def drifted(self, where: str, rules: Sequence[Rule], minors: Sequence[int]) -> bool:
-        return not enforces_exactly(where, rules, minors)
+    def allowed_nodes(self, where: str, nodes: Sequence[Tuple[int, int]]
+                      ) -> Optional[Set[Tuple[int, int]]]:
+        return allowed_nodes(where, nodes)
+
+    def drifted(self, where: str, rules: Sequence[Rule], minors: Sequence[int],
+                nodes: Sequence[Tuple[int, int]] = ()) -> bool:
+        return not enforces_exactly(where, rules, minors, nodes)
 
     def remove(self, where: str, ours: Optional[Callable[[int], bool]] = None,
                evict_to: Optional[str] = None) -> List[int]:

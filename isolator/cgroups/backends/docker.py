@@ -4,7 +4,7 @@ from typing import Callable, List, Optional, Sequence, Set, Tuple
 
 from isolator.cgroups import cgroups_v1
 from isolator.cgroups.backends import IsolationBackend, register
-from isolator.discovery.devices import BASE_WHITELIST, Rule, allowed_gpu_minors
+from isolator.discovery.devices import BASE_WHITELIST, Rule, allowed_gpu_minors, allowed_nodes
 from isolator.discovery.gpu import NVIDIA_MAJOR
 
 
@@ -47,7 +47,12 @@ class DockerDeviceCgroup(IsolationBackend):
     def allowed(self, where: str, minors: Sequence[int]) -> Optional[Set[int]]:
         return set(allowed_gpu_minors(cgroups_v1.read_rules(where), minors))
 
-    def drifted(self, where: str, rules: Sequence[Rule], minors: Sequence[int]) -> bool:
+    def allowed_nodes(self, where: str, nodes: Sequence[Tuple[int, int]]
+                      ) -> Optional[Set[Tuple[int, int]]]:
+        return set(allowed_nodes(cgroups_v1.read_rules(where), nodes))
+
+    def drifted(self, where: str, rules: Sequence[Rule], minors: Sequence[int],
+                nodes: Sequence[Tuple[int, int]] = ()) -> bool:
         have = {r.to_v1() for r in cgroups_v1.read_rules(where)}
         return "a *:* rwm" in have or any(_nvidia_diff(have, rules))
 
