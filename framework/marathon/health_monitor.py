@@ -91,6 +91,10 @@ class HealthMonitor(CheckRunner):
         self.on_result = on_result      # each result of this framework's checks (/metrics)
         registry.health = self
         self._results: Dict[str, Dict[int, Health]] = {}
+        # tasks killed for failing checks and not ended yet: a check that fails again
+        # while the kill takes its time (a loaded node) kills and tells nothing new,
+        # as Marathon skips an instance that is already being killed
+        self._killing: Set[str] = set()
         for task_id, stored in registry.store.items(HEALTH).items():
             try:
                 self._results[task_id] = {int(i): Health(**h) for i, h in stored.items()}
@@ -169,6 +173,7 @@ class HealthMonitor(CheckRunner):
             self._publish_alive(record, now.alive)
 
     def forget(self, task_id: str) -> None:
+        self._killing.discard(task_id)
         if self._results.pop(task_id, None) is not None:
             self._write(task_id, None)
         for key in [k for k in self._due if k[0] == task_id]:
@@ -278,6 +283,9 @@ class HealthMonitor(CheckRunner):
             self._publish_instance(task, self.healthy(task))
 
     def _kill(self, task: TaskRecord, failures: int, cause: str) -> None:
+        if task.id in self._killing:
+            return
+        self._killing.add(task.id)
         log.warning("task %s of %s failed %d health checks in a row: killing it (%s)", task.id,
                     task.app_id, failures, cause)
         self._publish_kill(task, cause)

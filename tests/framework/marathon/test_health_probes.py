@@ -200,3 +200,35 @@ def test_each_result_of_the_frameworks_own_checks_is_counted_in_the_metrics(tmp_
         assert counted() == (3, 3)
     finally:
         store.close()
+
+
+def test_checks_failing_again_while_the_kill_takes_its_time_kill_once(tmp_path, answering):
+    """After maxConsecutiveFailures the task is killed once: further failures before it
+    ends (a loaded node's Docker stop) publish no second kill and ask no second kill;
+    a task that ends is forgotten."""
+    port, state = answering
+    store = StateStore(tmp_path)
+    bus = EventBus()
+    registry = Registry(store, bus)
+    kills = []
+    registry.request_kill = kills.append
+    monitor = HealthMonitor(registry)
+    published = []
+    bus_publish = bus.publish
+    bus.publish = lambda kind, **fields: (published.append(kind), bus_publish(kind, **fields))
+    try:
+        task = task_on(port)
+        registry.tasks[task.id] = task
+        http = dict(CHECK, protocol="HTTP", maxConsecutiveFailures=2, gracePeriodSeconds=0)
+        state["status"] = b"503 Service Unavailable"
+        for _ in range(5):
+            monitor._check(task, 0, http)
+        assert kills == [task.id]
+        assert published.count("unhealthy_instance_kill_event") == 1
+        assert published.count("failed_health_check_event") == 5
+        monitor.forget(task.id)                    # it ended; the same id again is new
+        for _ in range(2):
+            monitor._check(task, 0, http)
+        assert kills == [task.id, task.id]
+    finally:
+        store.close()
