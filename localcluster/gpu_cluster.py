@@ -81,13 +81,15 @@ class Node:
 class GpuCluster:
     def __init__(self, nodes: int = 20, framework: bool = False, cpus: float = 8,
                  mem: int = 8192, master_env: Optional[Dict[str, str]] = None,
-                 framework_args: tuple = ()) -> None:
+                 framework_args: tuple = (), docker_host: Optional[str] = None) -> None:
         if nodes < 1:
             raise LocalClusterError(f"a GPU cluster needs at least one node, not {nodes}")
         self.size, self.cpus, self.mem = nodes, cpus, mem
         self.master_env = dict(master_env or {})
         self.with_framework = framework
         self.framework_args = list(framework_args)
+        # a Docker engine (DOCKER_HOST) every node's daemon and the executors use: DOCKER tasks
+        self.docker_host = docker_host
         self.master: Optional[Master] = None
         self.nodes: List[Node] = []
         self.framework: Optional[subprocess.Popen] = None
@@ -122,7 +124,7 @@ class GpuCluster:
     def _start_node(self, index: int) -> Optional[Node]:
         daemon = agent = None
         try:
-            daemon = GpuNode(node_layout(index), volume=False,
+            daemon = GpuNode(node_layout(index), self.docker_host, volume=False,
                              metrics_address=f"127.0.0.1:{processes.free_port()}").start()
             resources, attributes = daemon.flags(cpus=self.cpus, mem=self.mem)
             env = {"MESOS_EXECUTOR_ENVIRONMENT_VARIABLES": json.dumps(
@@ -151,7 +153,8 @@ class GpuCluster:
         args = [sys.executable, "-m", "mesos_gpu", "framework", "--master", self.master.address,
                 "--http_port", str(port), "--http_credentials", self.credentials,
                 "--state_dir", str(self.dir / "framework"), "--agent_socket", "none",
-                "--refuse_seconds", "1", *self.framework_args]
+                "--refuse_seconds", "1", *self.framework_args,
+                *(["--docker_host", self.docker_host] if self.docker_host else [])]
         with open(self.framework_log, "ab") as out:
             self.framework = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=out,
                                               stderr=subprocess.STDOUT, start_new_session=True)
