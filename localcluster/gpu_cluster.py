@@ -81,11 +81,13 @@ class Node:
 class GpuCluster:
     def __init__(self, nodes: int = 20, framework: bool = False, cpus: float = 8,
                  mem: int = 8192, master_env: Optional[Dict[str, str]] = None,
-                 framework_args: tuple = (), docker_host: Optional[str] = None) -> None:
+                 framework_args: tuple = (), docker_host: Optional[str] = None,
+                 agent_env: Optional[Dict[str, str]] = None) -> None:
         if nodes < 1:
             raise LocalClusterError(f"a GPU cluster needs at least one node, not {nodes}")
         self.size, self.cpus, self.mem = nodes, cpus, mem
         self.master_env = dict(master_env or {})
+        self.agent_env = dict(agent_env or {})      # more flags of every agent (MESOS_*)
         self.with_framework = framework
         self.framework_args = list(framework_args)
         # a Docker engine (DOCKER_HOST) every node's daemon and the executors use: DOCKER tasks
@@ -130,7 +132,7 @@ class GpuCluster:
             env = {"MESOS_EXECUTOR_ENVIRONMENT_VARIABLES": json.dumps(
                 {"MESOS_GPU_AGENT_SOCKET": str(daemon.socket), "PATH": os.environ["PATH"],
                  **({"PYTHONPATH": os.environ["PYTHONPATH"]}
-                    if os.environ.get("PYTHONPATH") else {})})}
+                    if os.environ.get("PYTHONPATH") else {})}), **self.agent_env}
             agent = Agent(self.master, resources, attributes,
                           hostname=f"gpu-node-{index:03d}", env=env).start()
             self._traces += [(f"agent daemon {index}", daemon.dir, daemon.cgroups_root,
