@@ -250,10 +250,11 @@ class TaskRun:
         agent = self.executor.agent_name
         client = image = compat = None
         if spec.container == DOCKER or spec.image:
-            from framework.executor import variant_check
             from framework.executor.docker_container import docker_client, inspect, pull
             client = docker_client(self.executor.docker_host, agent)
-            variant_check.verify(spec, client, self.executor.agent, agent)  # pulls it too
+            if spec.variant:            # its registry client and index code: only then
+                from framework.executor import variant_check
+                variant_check.verify(spec, client, self.executor.agent, agent)  # pulls it too
             if spec.force_pull and not spec.variant:
                 pull(client, spec.image, agent)
             image = inspect(client, spec.image, agent)
