@@ -37,7 +37,6 @@ import os
 import re
 import threading
 import time
-import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
 
