@@ -20,7 +20,9 @@ mesos_gpu executor`, which would otherwise import the installed copy).
    made) -> the executor's first log line (python and its imports) -> TASK_STARTING
    (subscribed, the task received) -> the GPUs held (the Docker checks: engine, image,
    CUDA; the daemon's prepare) -> TASK_RUNNING (create, isolate, start); medians of
-   the MESOS and the DOCKER tasks beside the command executor's launch -> TASK_RUNNING;
+   the MESOS and the DOCKER tasks beside the command executor's launch -> TASK_RUNNING,
+   and the DOCKER tasks' create+start beside as many plain containers made at once the
+   same way (docker create, start: the engine's own part);
 4. the entry point's imports (`python -X importtime -m mesos_gpu executor`), a DOCKER
    task's extra ones, against the stand-in's (pymesos), and each process's wall time.
 Never asserts a time.
@@ -135,6 +137,27 @@ def command_burst(cluster: GpuCluster, count: int) -> dict:
                                       and t["state"] == "TASK_RUNNING"], 60,
                          "command tasks gone", interval=0.2)
     return {"seconds": seconds, "launch": launch, "framework_id": fid}
+
+
+def plain_docker_burst(engine: DockerEngine, image: str, count: int) -> list:
+    """`count` containers made as our executor makes them (the docker CLI's create, the
+    SDK's start), at once, without GPUs or a daemon: seconds of each, the engine's part
+    of a DOCKER launch."""
+    env = dict(os.environ, DOCKER_HOST=engine.host)
+    client = engine.client()
+
+    def one(i: int) -> float:
+        start = time.monotonic()
+        made = subprocess.run(["docker", "create", "--name", f"burst-plain-{i}", "--network",
+                               "host", image, "sleep", "3600"], env=env, capture_output=True,
+                              text=True, check=True)
+        client.containers.prepare_model({"Id": made.stdout.strip()}).start()
+        return time.monotonic() - start
+    with ThreadPoolExecutor(max(1, count)) as pool:
+        seconds = list(pool.map(one, range(count)))
+    for container in client.containers.list(all=True, filters={"name": "burst-plain-"}):
+        container.remove(force=True)
+    return seconds
 
 
 def app(index: int, docker: bool, image: str) -> dict:
@@ -261,6 +284,11 @@ def report(command: dict, ours: dict, args) -> None:
         print(f"per launch, {kind} tasks ({len(runs)}), median s:")
         for name, _ in STAGES:
             print(f"  {name:<42}{med([r[name] for r in runs if name in r]):>10.3f}")
+        if kind == "DOCKER":
+            plain = med(command["docker"])
+            create = med([r["create+start"] for r in runs if "create+start" in r])
+            print(f"  {'create+start vs plain docker, as many at once':<42}{create:>10.3f}"
+                  f"{plain:>10.3f}{create / plain:>8.2f}x")
         total = med([r["total"] for r in runs])
         print(f"  {'launch -> TASK_RUNNING':<42}{total:>10.3f}{base:>10.3f}{total / base:>8.2f}x")
     ours_imp = import_cost(["-m", "mesos_gpu", "executor"])
@@ -296,6 +324,7 @@ def main() -> int:
                              docker_host=engine.host)
         with cluster:
             command = command_burst(cluster, args.instances)
+            command["docker"] = plain_docker_burst(engine, image, args.docker)
             ours = our_burst(cluster, engine, image, args, command["framework_id"])
         left = cluster.leftovers()
     report(command, ours, args)

@@ -25,6 +25,7 @@ TINY = {
          rf"all running after the burst s +{NUM} +{NUM} +{NUM}x",
          r"per launch, MESOS tasks \(1\)", r"per launch, DOCKER tasks \(1\)",
          rf"^  launch -> TASK_RUNNING +{NUM} +{NUM} +{NUM}x$",
+         rf"create\+start vs plain docker, as many at once +{NUM} +{NUM} +{NUM}x",
          rf"ours: -m mesos_gpu executor +{NUM} +{NUM} +{NUM}x",
          rf"command executor stand-in: pymesos +{NUM} +{NUM} +1\.00x", r"^left behind: nothing$"]),
     "failover.py": (
