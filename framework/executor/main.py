@@ -283,8 +283,10 @@ class TaskRun:
                 self.container = MesosHostContainer(spec, self.container_id, grant, extra,
                                                     self.executor.sandbox)
         created = self.container.create()
+        log.info("task %s: container created (%s)", self.task_id, created)
         if self.prepared:
             self._isolate(spec, created)
+            log.info("task %s: container isolated", self.task_id)
         return grant
 
     def _image_compat(self, spec: TaskSpec, client, image) -> cuda_compat.Decision:
