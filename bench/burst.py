@@ -5,8 +5,8 @@ launching the same number of tasks on the same agent, in one run.
 The bed: localcluster/gpu_cluster.py with one GPU node (its agent daemon over a fake
 8-GPU NVML), the framework as a process of its own, and the tests' private Docker
 engine (localcluster/docker_engine.py). Every executor runs this checkout's code
-(PYTHONPATH is set to it before anything starts: the agent starts `python -m
-mesos_gpu executor`, which would otherwise import the installed copy).
+(GpuCluster sees to it: the agent starts `python -m mesos_gpu executor`, which would
+otherwise import the installed copy).
 
 1. baseline: --instances command tasks (`sleep`, no executor of ours: the agent's
    command executor, in the bed the pymesos stand-in of localcluster/mesos_local) in
@@ -46,8 +46,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-# The agent starts our executor as `python -m mesos_gpu executor` in its sandbox: without
-# this it would import the installed copy of the project, not the checkout measured here.
+# GpuCluster has the executors import this checkout; the import-time figures' processes
+# (`python -m mesos_gpu executor` run from /) need it said too.
 os.environ["PYTHONPATH"] = os.pathsep.join(
     [str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
 

@@ -14,7 +14,7 @@ timeout starts) to the executor's subscription (the agent's log line naming it).
 agent here waits --timeout seconds, so that a late executor is measured, not killed: the
 figures printed beside p50/p99 are how many would have missed Mesos's default 2 s
 and how many never subscribed (killed by the agent: their tasks are lost).
-Every executor runs this checkout's code (PYTHONPATH). Never asserts a time.
+Every executor runs this checkout's code (GpuCluster). Never asserts a time.
 
     .venv/bin/python bench/reregistration.py [--tasks 6] [--hogs 4] [--rounds 3]
 """
@@ -30,12 +30,7 @@ import urllib.request
 from datetime import datetime
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-# The agent starts our executor as `python -m mesos_gpu executor` in its sandbox: without
-# this it would import the installed copy of the project, not the checkout measured here.
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    [str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from localcluster import processes  # noqa: E402
 from localcluster.cognitive.launch import Api  # noqa: E402
