@@ -268,7 +268,8 @@ def run(args: argparse.Namespace) -> int:
             r = bench.api_latency(path)
             print(f"GET {path:<10} p50 ms {r['p50']:>8.2f}   p99 ms {r['p99']:>8.2f}  "
                   f"{r['bytes'] / 1024:>8.1f} KiB   vs GET /v2/info p50 {floor['p50']:.2f} ms: "
-                  f"{r['p50'] / floor['p50']:.1f}x")
+                  f"{r['p50'] / floor['p50']:.1f}x, p99 {floor['p99']:.2f} ms: "
+                  f"{r['p99'] / floor['p99']:.1f}x")
         k = bench.kill_agents()
         print(f"{len(k['victims'])} agents SIGKILLed: lost tasks running again {k['again']:.2f} s "
               f"({k['lost']} tasks; the master marked them lost after {k['detected']:.2f} s, "

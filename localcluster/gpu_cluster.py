@@ -10,7 +10,8 @@ CPU and memory can be read), all brought up and torn down by one call:
 Every node is a separate agent daemon and a separate Mesos agent process on
 127.0.0.1 (its own port, work dir, cgroups root and device nodes); its executors
 learn their node's daemon socket from the agent's --executor_environment_variables,
-so the framework is told `--agent_socket none`. Leaving stops the framework, the
+so the framework is told `--agent_socket none`; they and the framework import this
+checkout (PYTHONPATH), not an installed copy of the project. Leaving stops the framework, the
 agents (and every executor and task under them), the daemons and the master, and
 removes their directories and cgroups; `leftovers()` says what would remain.
 """
@@ -41,6 +42,15 @@ GPUS_PER_NODE = 8
 # libmesos start-up, CPU-bound; more at once only makes each slower on a small machine.
 START_PARALLEL = 4
 FRAMEWORK_USER = "bench"
+
+
+def checkout_path() -> str:
+    """PYTHONPATH for the framework and the executors: this checkout first. They are
+    started as `python -m mesos_gpu ...`, which would otherwise import whichever copy of
+    the project is installed, not the code that a bench or a test is measuring."""
+    checkout = str(Path(__file__).resolve().parents[1])
+    rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != checkout]
+    return os.pathsep.join([checkout] + rest)
 
 
 def node_layout(index: int) -> fake_nvml.Layout:
@@ -81,13 +91,17 @@ class Node:
 class GpuCluster:
     def __init__(self, nodes: int = 20, framework: bool = False, cpus: float = 8,
                  mem: int = 8192, master_env: Optional[Dict[str, str]] = None,
-                 framework_args: tuple = ()) -> None:
+                 framework_args: tuple = (), docker_host: Optional[str] = None,
+                 agent_env: Optional[Dict[str, str]] = None) -> None:
         if nodes < 1:
             raise LocalClusterError(f"a GPU cluster needs at least one node, not {nodes}")
         self.size, self.cpus, self.mem = nodes, cpus, mem
         self.master_env = dict(master_env or {})
+        self.agent_env = dict(agent_env or {})      # more flags of every agent (MESOS_*)
         self.with_framework = framework
         self.framework_args = list(framework_args)
+        # a Docker engine (DOCKER_HOST) every node's daemon and the executors use: DOCKER tasks
+        self.docker_host = docker_host
         self.master: Optional[Master] = None
         self.nodes: List[Node] = []
         self.framework: Optional[subprocess.Popen] = None
@@ -122,13 +136,12 @@ class GpuCluster:
     def _start_node(self, index: int) -> Optional[Node]:
         daemon = agent = None
         try:
-            daemon = GpuNode(node_layout(index), volume=False,
+            daemon = GpuNode(node_layout(index), self.docker_host, volume=False,
                              metrics_address=f"127.0.0.1:{processes.free_port()}").start()
             resources, attributes = daemon.flags(cpus=self.cpus, mem=self.mem)
             env = {"MESOS_EXECUTOR_ENVIRONMENT_VARIABLES": json.dumps(
                 {"MESOS_GPU_AGENT_SOCKET": str(daemon.socket), "PATH": os.environ["PATH"],
-                 **({"PYTHONPATH": os.environ["PYTHONPATH"]}
-                    if os.environ.get("PYTHONPATH") else {})})}
+                 "PYTHONPATH": checkout_path()}), **self.agent_env}
             agent = Agent(self.master, resources, attributes,
                           hostname=f"gpu-node-{index:03d}", env=env).start()
             self._traces += [(f"agent daemon {index}", daemon.dir, daemon.cgroups_root,
@@ -151,10 +164,12 @@ class GpuCluster:
         args = [sys.executable, "-m", "mesos_gpu", "framework", "--master", self.master.address,
                 "--http_port", str(port), "--http_credentials", self.credentials,
                 "--state_dir", str(self.dir / "framework"), "--agent_socket", "none",
-                "--refuse_seconds", "1", *self.framework_args]
+                "--refuse_seconds", "1", *self.framework_args,
+                *(["--docker_host", self.docker_host] if self.docker_host else [])]
         with open(self.framework_log, "ab") as out:
             self.framework = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=out,
-                                              stderr=subprocess.STDOUT, start_new_session=True)
+                                              stderr=subprocess.STDOUT, start_new_session=True,
+                                              env=dict(os.environ, PYTHONPATH=checkout_path()))
         self._traces.append(("framework", self.dir, None, self.framework.pid))
         processes.wait_until(self._framework_subscribed, 60, f"the framework at {self.api_url}",
                              self._framework_died, interval=0.2)

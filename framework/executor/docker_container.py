@@ -48,11 +48,11 @@ CREATE_TIMEOUT = 120.0
 
 
 def docker_client(docker_host: Optional[str], agent: str) -> docker.DockerClient:
-    """A client of the local engine (DOCKER_HOST, else the default socket)."""
+    """A client of the local engine (DOCKER_HOST, else the default socket). Making it
+    asks the engine its API version: that answer is the proof that an engine is there
+    (no ping besides it: every call counts when many tasks start at once)."""
     try:
-        client = docker.DockerClient(base_url=docker_host) if docker_host else docker.from_env()
-        client.ping()
-        return client
+        return docker.DockerClient(base_url=docker_host) if docker_host else docker.from_env()
     except docker.errors.DockerException as e:
         raise TaskFailure(f"agent {agent} cannot run this container type: no Docker engine "
                           f"answers at {docker_host or 'the default socket'} ({e})") from None
@@ -185,12 +185,10 @@ class DockerContainer:
             raise TaskFailure(f"the Docker engine refused to create the container: "
                               f"{message[-1] if message else 'exit ' + str(result.returncode)}")
         docker_id = result.stdout.strip().splitlines()[-1]
-        try:
-            self.container = self.client.containers.get(docker_id)
-        except docker.errors.DockerException as e:
-            raise TaskFailure(f"the container {docker_id} was created but cannot be read: {e}",
-                              retry=True) from None
-        return self.container.id
+        # The SDK's handle on it from its id alone: no inspect (start, wait, logs, stop
+        # and remove need only the id; pid() reloads what it reads).
+        self.container = self.client.containers.prepare_model({"Id": docker_id})
+        return docker_id
 
     def _give_sandbox(self, user: str) -> None:
         """The sandbox owned by the task's user, as Mesos does it: the user as

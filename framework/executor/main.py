@@ -37,14 +37,12 @@ import os
 import re
 import threading
 import time
-import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
 
-from pymesos import Executor, MesosExecutorDriver, decode_data, encode_data
-from pymesos.utils import parse_duration
+from pymesos import Executor, MesosExecutorDriver
 
-import framework.scheduling.mesos_driver  # noqa: F401  (no interrupt_main from pymesos' IO thread)
+from framework.executor.agent_driver import AgentPathExecutorDriver, agent_api_path, duration_env
 from framework.tasks import taskinfo
 from framework.executor.health import HealthChecker, HealthStatus
 from framework.executor.host_ports import check_free
@@ -73,68 +71,6 @@ SHUTDOWN_KILL_GRACE_SECONDS = 2.0
 if TYPE_CHECKING:
     from framework.executor.docker_container import DockerContainer
 ContainerRun = Union["DockerContainer", MesosHostContainer, MesosImageContainer]
-
-
-def agent_api_path(env: Mapping[str, str] = os.environ) -> str:
-    if env.get("MESOS_EXECUTOR_API_PATH"):
-        return env["MESOS_EXECUTOR_API_PATH"]
-    pid = env.get("MESOS_SLAVE_PID", "")
-    if "@" in pid:
-        return f"/{pid.split('@', 1)[0]}/api/v1/executor"
-    return "/api/v1/executor"
-
-
-def duration_env(name: str, default: float, env: Mapping[str, str] = os.environ) -> float:
-    """A Mesos duration the agent passes in the environment ("15mins", "2secs")."""
-    text = env.get(name)
-    if not text:
-        return default
-    try:
-        return parse_duration(text)
-    except (ValueError, KeyError, IndexError):
-        log.warning("%s=%r is not a duration: using %gs", name, text, default)
-        return default
-
-
-class AgentPathExecutorDriver(MesosExecutorDriver):
-    """pymesos' executor driver posting to the agent's own API path, re-subscribing
-    to a restarted agent quickly enough to be recovered.
-
-    A checkpointing framework's executor outlives its agent: after an agent restart
-    the agent waits --executor_reregistration_timeout (2 s by default) for its
-    executors to subscribe again and kills the others. pymesos backs off 2, 4, 8 ...
-    seconds between connection attempts, so ours retries every RETRY_SECONDS,
-    never more than MESOS_SUBSCRIPTION_BACKOFF_MAX apart (the agent's own bound)."""
-    RETRY_SECONDS = 0.2
-
-    def __init__(self, executor: Executor, path: str) -> None:
-        super().__init__(executor)
-        self.path = path
-        self.backoff_max = duration_env("MESOS_SUBSCRIPTION_BACKOFF_MAX", 2.0)
-
-    def _backoff(self, num_conn_retry: int) -> float:
-        return min(self.backoff_max, self.RETRY_SECONDS)
-
-    def gen_request(self) -> bytes:
-        return super().gen_request().replace(b"POST /api/v1/executor ",
-                                             f"POST {self.path} ".encode(), 1)
-
-    def _send(self, body: Any, path: Optional[str] = None, method: str = "POST",
-              headers: Optional[dict] = None) -> Any:
-        return super()._send(body, path or self.path, method, headers or {})
-
-    def sendStatusUpdate(self, status: dict) -> None:
-        """Keep each update until the agent acknowledges it (pymesos does not):
-        they are re-sent on re-subscription and the executor waits for them
-        before it exits."""
-        status.setdefault("uuid", encode_data(uuid.uuid4().bytes))
-        status.setdefault("source", "SOURCE_EXECUTOR")
-        self.updates[uuid.UUID(bytes=decode_data(status["uuid"]))] = {"status": status}
-        try:
-            super().sendStatusUpdate(status)
-        except (RuntimeError, OSError) as e:     # the agent is away (restarting)
-            log.warning("status update %s of task %s not sent now (%s): it goes out when "
-                        "the agent is back", status["state"], status["task_id"]["value"], e)
 
 
 def container_id_for(task_id: str, framework_id: str, executor_id: str) -> str:
@@ -313,10 +249,11 @@ class TaskRun:
         agent = self.executor.agent_name
         client = image = compat = None
         if spec.container == DOCKER or spec.image:
-            from framework.executor import variant_check
             from framework.executor.docker_container import docker_client, inspect, pull
             client = docker_client(self.executor.docker_host, agent)
-            variant_check.verify(spec, client, self.executor.agent, agent)  # pulls it too
+            if spec.variant:            # its registry client and index code: only then
+                from framework.executor import variant_check
+                variant_check.verify(spec, client, self.executor.agent, agent)  # pulls it too
             if spec.force_pull and not spec.variant:
                 pull(client, spec.image, agent)
             image = inspect(client, spec.image, agent)
@@ -339,8 +276,10 @@ class TaskRun:
                 self.container = MesosHostContainer(spec, self.container_id, grant, extra,
                                                     self.executor.sandbox)
         created = self.container.create()
+        log.info("task %s: container created (%s)", self.task_id, created)
         if self.prepared:
             self._isolate(spec, created)
+            log.info("task %s: container isolated", self.task_id)
         return grant
 
     def _image_compat(self, spec: TaskSpec, client, image) -> cuda_compat.Decision:

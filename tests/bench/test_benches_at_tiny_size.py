@@ -18,6 +18,16 @@ TINY = {
         ["--seconds", "0.3", "--clients", "1,4"],
         [rf"^ +1 +{NUM} +1\.00x +{NUM} +{NUM} +1\.00x +0$",          # no failed cycle
          rf"^ +4 +{NUM} +{NUM}x +{NUM} +{NUM} +{NUM}x +0$"]),
+    "burst.py": (
+        ["--apps", "4", "--scales", "3", "--instances", "2", "--docker", "1", "--settle", "0.5"],
+        [rf"Mesos listed all 2 {NUM} s after the last scale call; 0\.5 s later \d+ running, "
+         rf"\d+ Docker containers; API calls reset and tried again: \d+",
+         rf"all running after the burst s +{NUM} +{NUM} +{NUM}x",
+         r"per launch, MESOS tasks \(1\)", r"per launch, DOCKER tasks \(1\)",
+         rf"^  launch -> TASK_RUNNING +{NUM} +{NUM} +{NUM}x$",
+         rf"create\+start vs plain docker, as many at once +{NUM} +{NUM} +{NUM}x",
+         rf"ours: -m mesos_gpu executor +{NUM} +{NUM} +{NUM}x",
+         rf"command executor stand-in: pymesos +{NUM} +{NUM} +1\.00x", r"^left behind: nothing$"]),
     "failover.py": (
         ["--rounds", "1", "--session-timeout-ms", "1000"],
         [rf"^ +1 +{NUM} +{NUM} +{NUM} +0 +0$",                        # none lost, none twice
@@ -48,6 +58,11 @@ TINY = {
         ["--sizes", "20x5"],
         [rf"20 tasks x +5 offers \| grouped matcher: +{NUM} s CPU, +{NUM} placed.*"
          rf"first-fit: +{NUM} s CPU.*speed-up x{NUM}"]),
+    "reregistration.py": (
+        ["--tasks", "1", "--hogs", "1", "--rounds", "1"],
+        [rf"^ours +{NUM} +{NUM} +{NUM} +\d+ of 1 +0$",                 # it re-registered
+         r"^command executor +\S+ +\S+ +\S+ +\d+ of 1 +\d+$",
+         r"ratio ours / command executor +p50 \S+x +p99 \S+x"]),
     "scale.py": (
         ["--nodes", "2", "--apps", "2", "--instances", "2", "--kill", "1", "--samples", "5"],
         [rf"submit -> all TASK_RUNNING +{NUM} s +{NUM} s +{NUM}x",

@@ -41,9 +41,10 @@ def node(docker_engine):
 @pytest.fixture(scope="module")
 def cluster(mesos_prefix, node):
     resources, attributes = node.flags()
-    # The agent waits --executor_reregistration_timeout (2 s by default) for executors after
-    # a restart; on this shared 2-core machine, with test files running in parallel, the
-    # agent's own start can eat that. Busy nodes raise it the same way (README).
+    # The agent waits --executor_reregistration_timeout (2 s by default, counted from the
+    # end of its recovery) for executors after a restart. Ours re-subscribe within 0.2 s
+    # even with the CPUs busy (bench/reregistration.py); the margin is the one the README
+    # advises for busy nodes, so that this test asserts survival, not a time.
     env = {"MESOS_RECOVERY_TIMEOUT": f"{RECOVERY_TIMEOUT}secs",
            "MESOS_EXECUTOR_REREGISTRATION_TIMEOUT": "10secs"}
     with Master() as master, Agent(master, resources, attributes, hostname=HOSTNAME,

@@ -1,0 +1,118 @@
+"""Our executor's driver holds on to a restarting agent. A Mesos 1.11 agent on its way
+up answers the executor's SUBSCRIBE first `404 Not Found.` (its HTTP server is up, the
+agent's process not yet: a few milliseconds, longer on a busy machine; measured on the
+bed's agent), then `503 Agent has not finished recovery`, then the event stream.
+pymesos takes the 404 as fatal: its IO thread dies, the executor exits and its task is
+lost ("Executor terminated"). The agent here is a socket replaying those answers
+byte for byte, so that the window is hit every time, not once in a loaded run."""
+import json
+import socket
+import threading
+import time
+
+import pytest
+
+from framework.executor.agent_driver import AgentPathExecutorDriver
+
+PATH = "/slave(1)/api/v1/executor"
+FRAMEWORK, EXECUTOR = "fw-0001", "mesos-gpu.app.1"
+NOT_UP = b"HTTP/1.1 404 Not Found\r\nContent-Length: 14\r\n\r\n404 Not Found."
+RECOVERING = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 31\r\n\r\n"
+              b"Agent has not finished recovery")
+
+
+def subscribed_stream() -> bytes:
+    event = json.dumps({"type": "SUBSCRIBED", "subscribed": {
+        "executor_info": {"executor_id": {"value": EXECUTOR}},
+        "framework_info": {"id": {"value": FRAMEWORK}, "user": "root", "name": "fw"},
+        "agent_info": {"hostname": "restarted-agent"}}}).encode()
+    record = str(len(event)).encode() + b"\n" + event
+    return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+            b"Mesos-Stream-Id: stream-1\r\nTransfer-Encoding: chunked\r\n\r\n"
+            + f"{len(record):x}".encode() + b"\r\n" + record + b"\r\n")
+
+
+class RestartingAgent:
+    """Answers each connection's request with the next of `answers`; the last one's
+    connection stays open (the event stream)."""
+
+    def __init__(self, answers) -> None:
+        self.answers = list(answers)
+        self.requests = []
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.open = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    @property
+    def endpoint(self) -> str:
+        return "127.0.0.1:%d" % self.sock.getsockname()[1]
+
+    def _serve(self) -> None:
+        while self.answers:
+            conn, _ = self.sock.accept()
+            request = b""
+            while b"\r\n\r\n" not in request:
+                request += conn.recv(65536)
+            self.requests.append(request.split(b"\r\n", 1)[0].decode())
+            conn.sendall(self.answers.pop(0))
+            if self.answers:
+                conn.close()
+            else:
+                self.open.append(conn)
+
+    def close(self) -> None:
+        for conn in self.open:
+            conn.close()
+        self.sock.close()
+
+
+@pytest.fixture
+def agent_env(monkeypatch):
+    def start(answers) -> RestartingAgent:
+        agent = RestartingAgent(answers)
+        monkeypatch.setenv("MESOS_AGENT_ENDPOINT", agent.endpoint)
+        monkeypatch.setenv("MESOS_FRAMEWORK_ID", FRAMEWORK)
+        monkeypatch.setenv("MESOS_EXECUTOR_ID", EXECUTOR)
+        monkeypatch.setenv("MESOS_CHECKPOINT", "1")
+        return agent
+    return start
+
+
+def run_driver(driver_class, agent):
+    done = threading.Event()
+
+    class Executor:
+        def registered(self, *args):
+            done.set()
+
+        def __getattr__(self, name):
+            return lambda *args: None
+
+    driver = driver_class(Executor(), PATH)
+    driver.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not (done.is_set() or driver.aborted) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return done.is_set(), driver.aborted
+    finally:
+        driver.stop()
+        agent.close()
+
+
+def test_the_driver_subscribes_through_the_agents_404_and_503(agent_env):
+    agent = agent_env([NOT_UP, RECOVERING, subscribed_stream()])
+    registered, aborted = run_driver(AgentPathExecutorDriver, agent)
+    assert registered and not aborted
+    assert agent.requests == [f"POST {PATH} HTTP/1.1"] * 3
+
+
+def test_plain_pymesos_dies_on_the_404_the_reason_for_the_retry(agent_env):
+    """The stand-in reproduces what lost the task: without our retry the driver aborts."""
+    class PlainRetries(AgentPathExecutorDriver):
+        retry_not_found = False
+
+    agent = agent_env([NOT_UP, subscribed_stream()])
+    registered, aborted = run_driver(PlainRetries, agent)
+    assert not registered and aborted
+    assert agent.requests == [f"POST {PATH} HTTP/1.1"]
