@@ -24,6 +24,10 @@ SOCKET_TIMEOUT_SECONDS = 60.0
 class MarathonHttpServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # socketserver's listen backlog is 5: a burst of clients (a deployment tool creating
+    # 200 apps at once) overflowed it while the one accepting thread was busy starting
+    # handler threads, and some connections were reset
+    request_queue_size = 1024
 
     def __init__(self, address, api: MarathonApi, events: EventBus, auth: Authenticator,
                  max_body: int = DEFAULT_MAX_BODY_BYTES) -> None:
