@@ -42,3 +42,18 @@ def belongs(pid: int, h: Holding, paths: Optional[Iterable[str]] = None) -> Opti
 def of_processes(pids: Iterable[int], h: Holding) -> Dict[int, Optional[bool]]:
     """pid -> whether it is the container's (None: cannot tell)."""
     return {pid: belongs(pid, h) for pid in pids}
+
+
+def task_sm_utilization(samples: Iterable[Optional[int]], processes: int, mig: bool,
+                        h: Holding) -> Optional[int]:
+    """A container's SM use on one GPU from its processes' NVML samples (None: that
+    process has none). Where NVML samples nobody's processes the figure is unknown
+    (None), not 0: on a MIG device (no utilisation per MIG device) and under MPS (on the
+    H200 every client's SM use was sampled as the MPS server's, the clients listed with
+    their memory only). Elsewhere a process without a sample was idle."""
+    sampled = [s for s in samples if s is not None]
+    if sampled:
+        return min(100, sum(sampled))
+    if mig or h.sharing == "mps":
+        return None
+    return 0 if processes else None

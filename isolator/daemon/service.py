@@ -784,13 +784,12 @@ def gpu_usage(g: Gpu, sample: nvml_health.DeviceSample, h: Holding) -> GpuUsage:
     processes = tuple(ProcessUsage(p.pid, p.memory_used, p.sm_utilization, mine[p.pid])
                       for p in sample.processes)
     own = [p for p in processes if p.in_container]
-    sm = [p.sm_utilization for p in own if p.sm_utilization is not None]
     return GpuUsage(minor=g.minor, uuid=g.uuid, index=g.index,
                     memory_used=sample.memory_used or 0,
                     memory_total=sample.memory_total or g.memory_total,
                     gpu_utilization=sample.gpu_utilization,
                     memory_utilization=sample.memory_utilization,
                     task_memory_used=sum(p.memory_used for p in own),
-                    task_sm_utilization=min(100, sum(sm)) if sm else
-                    (0 if own and g.key == g.minor else None),     # none on a MIG device
+                    task_sm_utilization=process_containers.task_sm_utilization(
+                        [p.sm_utilization for p in own], len(own), g.key != g.minor, h),
                     processes=processes)

@@ -244,7 +244,8 @@ def _task_rows(g: Gpu, h: Holding, sample: DeviceSample, memory: list, utilizati
         labels["share"] = h.share               # a tenant of a shared GPU
     own = [p for p in sample.processes if process_containers.belongs(p.pid, h)]
     memory.append((labels, sum(p.memory_used for p in own)))
-    sm = [p.sm_utilization for p in own if p.sm_utilization is not None]
-    if not getattr(g, "parent_uuid", ""):       # NVML has no per-process samples on MIG
-        utilization.append((labels, min(100, sum(sm))))
+    sm = process_containers.task_sm_utilization(
+        [p.sm_utilization for p in own], len(own), bool(getattr(g, "parent_uuid", "")), h)
+    if sm is not None or not (own or getattr(g, "parent_uuid", "") or h.sharing == "mps"):
+        utilization.append((labels, sm or 0))   # unknown: no row (MIG, MPS)
     count.append((labels, len(own)))

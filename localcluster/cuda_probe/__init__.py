@@ -35,7 +35,7 @@ def build() -> Path:
     if PROBE.exists() and PROBE.stat().st_mtime >= SOURCE.stat().st_mtime:
         return PROBE
     PROBE.parent.mkdir(parents=True, exist_ok=True)
-    tmp = PROBE.with_suffix(".tmp")
+    tmp = PROBE.with_suffix(f".tmp{os.getpid()}")     # test workers may build at once
     r = subprocess.run(["gcc", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-O2", "-o",
                         str(tmp), str(SOURCE), "-ldl"], capture_output=True, text=True)
     if r.returncode != 0:

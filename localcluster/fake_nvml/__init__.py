@@ -44,7 +44,7 @@ def build() -> Path:
     if LIBRARY.exists() and LIBRARY.stat().st_mtime >= SOURCE.stat().st_mtime:
         return LIBRARY
     LIBRARY.parent.mkdir(parents=True, exist_ok=True)
-    tmp = LIBRARY.with_suffix(".tmp")
+    tmp = LIBRARY.with_suffix(f".tmp{os.getpid()}")   # test workers may build at once
     cmd = ["gcc", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-O2", "-fPIC", "-shared",
            f"-I{nvml_include_dir()}", "-Wl,-soname,libnvidia-ml.so.1", "-o", str(tmp), str(SOURCE)]
     r = subprocess.run(cmd, capture_output=True, text=True)
@@ -231,7 +231,7 @@ class Layout:
         directory = Path(directory or OUT / "layouts")
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / f"{self.name}.conf"
-        tmp = path.with_suffix(".tmp")
+        tmp = path.with_suffix(f".tmp{os.getpid()}")    # test workers may write at once
         tmp.write_text(self.config_text())
         os.replace(tmp, path)
         return path

@@ -17,7 +17,7 @@ Each line is one write() with O_APPEND, so concurrent writers never interleave.
 """
 import os
 from pathlib import Path
-from typing import Union
+from typing import Optional, Union
 
 from localcluster.paths import LocalClusterError
 
@@ -86,9 +86,13 @@ class Control:
         self.line(f"remap {self._index(index)} {int(correctable)} {int(uncorrectable)} "
                   f"{int(bool(pending))} {int(bool(failure))}")
 
-    def process(self, index: int, pid: int, memory_used: int, sm_percent: int = 0) -> None:
-        """A compute process on the GPU (memory used, SM utilisation), added or updated."""
-        self.line(f"proc {self._index(index)} {int(pid)} {int(memory_used)} {int(sm_percent)}")
+    def process(self, index: int, pid: int, memory_used: int,
+                sm_percent: Optional[int] = 0) -> None:
+        """A compute process on the GPU (memory used, SM utilisation), added or updated.
+        sm_percent None: listed with its memory but never sampled (an MPS client, whose
+        SM use NVML gives to the MPS server)."""
+        sm = "none" if sm_percent is None else str(int(sm_percent))
+        self.line(f"proc {self._index(index)} {int(pid)} {int(memory_used)} {sm}")
 
     def process_gone(self, index: int, pid: int) -> None:
         self.line(f"noproc {self._index(index)} {int(pid)}")

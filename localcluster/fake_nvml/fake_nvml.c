@@ -185,6 +185,10 @@ static void push_event(struct nvmlDevice_st *d, unsigned long long type, unsigne
     }
 }
 
+/* A process NVML lists (its memory) but has no utilisation sample of: an MPS client,
+ * whose SM use the H200 sampled as its MPS server's ("proc IDX PID USED none"). */
+#define NO_SAMPLE 0xFFFFFFFFu
+
 static void set_proc(struct nvmlDevice_st *d, unsigned int pid, unsigned long long used, unsigned int sm)
 {
     for (unsigned int k = 0; k < d->nprocs; k++)
@@ -286,7 +290,7 @@ static void apply_line(char *line, int control)
     } else if (!strncmp(line, "proc ", 5)) {
         unsigned int sm = 0;
         if (sscanf(line + 5, "%u %u %llu %u", &a, &p, &used, &sm) >= 3 && (d = device_at(a)))
-            set_proc(d, p, used, sm);
+            set_proc(d, p, used, strstr(line + 5, " none") ? NO_SAMPLE : sm);
     } else if (!strncmp(line, "noproc ", 7)) {
         if (sscanf(line + 7, "%u %u", &a, &p) == 2 && (d = device_at(a))) drop_proc(d, p);
     } else if (!strncmp(line, "temp ", 5)) {
@@ -773,19 +777,25 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t d, nvmlProcessUtilizat
     CHECK_ANY(d);
     if (d->isMig) return NVML_ERROR_NOT_SUPPORTED;     /* as NVML: none per MIG device */
     if (!processSamplesCount) return NVML_ERROR_INVALID_ARGUMENT;
-    if (d->nprocs == 0) return NVML_ERROR_NOT_FOUND;         /* as NVML: no sample entries */
-    if (!utilization || *processSamplesCount < d->nprocs) {
-        *processSamplesCount = d->nprocs;
+    unsigned int sampled = 0;
+    for (unsigned int i = 0; i < d->nprocs; i++)
+        sampled += d->procSm[i] != NO_SAMPLE;
+    if (sampled == 0) return NVML_ERROR_NOT_FOUND;           /* as NVML: no sample entries */
+    if (!utilization || *processSamplesCount < sampled) {
+        *processSamplesCount = sampled;
         return NVML_ERROR_INSUFFICIENT_SIZE;
     }
     unsigned long long stamp = now_us();
+    unsigned int n = 0;
     for (unsigned int i = 0; i < d->nprocs; i++) {
-        memset(&utilization[i], 0, sizeof utilization[i]);
-        utilization[i].pid = d->procPid[i];
-        utilization[i].timeStamp = stamp;
-        utilization[i].smUtil = d->procSm[i];
+        if (d->procSm[i] == NO_SAMPLE) continue;
+        memset(&utilization[n], 0, sizeof utilization[n]);
+        utilization[n].pid = d->procPid[i];
+        utilization[n].timeStamp = stamp;
+        utilization[n].smUtil = d->procSm[i];
+        n++;
     }
-    *processSamplesCount = d->nprocs;
+    *processSamplesCount = n;
     return NVML_SUCCESS;
 }
 

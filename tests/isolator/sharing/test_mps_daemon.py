@@ -12,6 +12,7 @@ import pytest
 from isolator.api import ShareRequest
 from isolator.client import AgentError
 from localcluster import cuda_probe, driver_files
+from localcluster.fake_nvml.control import Control
 from tests.bed import waiting
 from tests.isolator.conftest import new_prober, only, open_gpus
 from tests.isolator.allocation.test_ownership import alive
@@ -365,3 +366,37 @@ def test_a_tenant_running_as_another_user_reaches_its_control_daemon_and_nothing
                               "--clear-groups", "ls", str(agent.work_dir)],
                              capture_output=True, text=True)
     assert listing.returncode != 0 and "Permission denied" in listing.stderr
+
+
+def test_a_tenants_own_memory_is_counted_and_its_sm_use_under_mps_is_unknown(
+        daemon_factory, work_dir, mps_program, probers, tmp_path):
+    """What NVML showed on the H200 with two tenants under MPS: each client listed with
+    its own memory and no utilisation sample, the MPS server (no container's) sampled
+    at 87 %. A tenant's memory is its processes'; its SM use is unknown, not 0."""
+    control = tmp_path / "nvml.control"
+    agent = daemon_factory("v100x8", extra=shared(mps_program), work_dir=work_dir,
+                           control=control)
+    nvml = Control(control)
+    tenant, whole = new_prober(probers), new_prober(probers)
+    agent.client.prepare("tenant", 0, share=ShareRequest(0.25, gpu=3))
+    agent.client.isolate("tenant", pid=tenant.pid)
+    nvml.process(3, tenant.pid, 660 << 20, sm_percent=None)     # an MPS client
+    nvml.process(3, 999999, 60 << 20, sm_percent=87)             # its MPS server
+    gpu = agent.client.usage("tenant").gpus[0]
+    assert gpu.task_memory_used == 660 << 20
+    assert gpu.task_sm_utilization is None
+    assert [p.pid for p in gpu.processes if p.in_container] == [tenant.pid]
+    def rows():
+        return [line for line in agent.client.metrics().splitlines()
+                if 'container_id="tenant"' in line and line.startswith("mesos_gpu_task_gpu_")]
+    waiting.wait_until(lambda: any(r.startswith("mesos_gpu_task_gpu_memory_used_bytes") and
+                                   r.endswith(f" {660 << 20}") for r in rows()),
+                       timeout=20, what=lambda: f"the tenant's memory in /metrics: {rows()}")
+    rows = rows()
+    assert not any(r.startswith("mesos_gpu_task_gpu_utilization_percent") for r in rows), rows
+    # a whole GPU's process without a sample is idle: 0
+    agent.client.prepare("whole", 1)
+    agent.client.isolate("whole", pid=whole.pid)
+    minor = agent.client.info()["containers"]["whole"]["gpus"][0]
+    nvml.process(minor, whole.pid, 1 << 30, sm_percent=None)
+    assert agent.client.usage("whole").gpus[0].task_sm_utilization == 0
