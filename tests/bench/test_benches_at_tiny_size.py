@@ -65,7 +65,8 @@ TINY = {
          r"ratio ours / command executor +p50 \S+x +p99 \S+x"]),
     "scale.py": (
         ["--nodes", "2", "--apps", "2", "--instances", "2", "--kill", "1", "--samples", "5"],
-        [rf"submit -> all TASK_RUNNING +{NUM} s +{NUM} s +{NUM}x",
+        [rf"warm-up \(one app of each kind, 2 tasks each\): {NUM} s",
+         rf"submit -> all TASK_RUNNING +{NUM} s +{NUM} s +{NUM}x",
          rf"framework CPU s +{NUM} +{NUM} +{NUM}x",
          rf"executor RSS per task MiB +{NUM} +{NUM} +{NUM}x",
          rf"GET /v2/tasks +p50 ms +{NUM} +p99 ms +{NUM}", rf"GET /v1/nodes +p50 ms +{NUM}",
