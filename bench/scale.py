@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from localcluster import processes  # noqa: E402
 from localcluster.cognitive.launch import Api  # noqa: E402
 from localcluster.gpu_cluster import GPUS_PER_NODE, GpuCluster, rss_kib  # noqa: E402
+from localcluster.paths import LocalClusterError  # noqa: E402
 from tests.bed.v1_scheduler import SchedulerStream  # noqa: E402
 
 # The master declares an agent gone after these pings fail (Mesos's default: 15 s x 5).
@@ -99,8 +100,25 @@ class Bench:
     def wait(self, check, what: str, timeout: float = WAIT, interval: float = 0.25) -> float:
         print(f"  ... waiting: {what}", file=sys.stderr, flush=True)
         start = time.monotonic()
-        processes.wait_until(check, timeout, what, interval=interval)
+        try:
+            processes.wait_until(check, timeout, what, interval=interval)
+        except LocalClusterError:
+            print(f"STOPPED: {what}: not reached in {timeout:.0f} s; {self.running()} of "
+                  f"{self.tasks} tasks running. {self.cpu_split()}", flush=True)
+            raise
         return time.monotonic() - start
+
+    def cpu_split(self) -> str:
+        """Where this machine's CPU went, by kind of process (where the bench stops)."""
+        nodes = self.cluster.nodes
+        kinds = {"Mesos agents": sum(cpu_s(n.agent.pid) for n in nodes if n.agent.pid),
+                 "Mesos master": cpu_s(self.cluster.master.pid),
+                 "agent daemons": self.daemons_cpu(),
+                 "framework": cpu_s(self.cluster.framework.pid),
+                 "our executors": sum(cpu_s(p) for p in self.executors(b"mesos_gpu\0executor"))}
+        total = sum(kinds.values()) or 1.0
+        return "CPU s so far: " + ", ".join(f"{k} {v:.0f} ({v / total:.0%})"
+                                            for k, v in kinds.items())
 
     def daemons_cpu(self) -> float:
         return sum(cpu_s(n.daemon.proc.pid) for n in self.cluster.nodes)
@@ -240,65 +258,67 @@ def run(args: argparse.Namespace) -> int:
           f"{os.cpu_count()} CPUs, shared with other work", flush=True)
     up = time.monotonic()
     cluster = GpuCluster(nodes=nodes, framework=True, cpus=4, mem=4096, master_env=MASTER_PINGS)
-    with cluster:
-        up = time.monotonic() - up
-        bench = Bench(cluster, args)
-        memory = cluster.memory()
-        d_rss = [m["daemon_kib"] for m in memory]
-        a_rss = [m["agent_kib"] for m in memory]
-        print(f"cluster up in {up:.1f} s; memory per node (RSS): agent daemon p50 "
-              f"{mib(statistics.median(d_rss)):.1f} MiB max {mib(max(d_rss)):.1f}, Mesos agent "
-              f"p50 {mib(statistics.median(a_rss)):.1f} MiB max {mib(max(a_rss)):.1f}; "
-              f"master {mib(rss_kib(cluster.master.pid)):.1f} MiB", flush=True)
+    try:
+        with cluster:
+            up = time.monotonic() - up
+            bench = Bench(cluster, args)
+            memory = cluster.memory()
+            d_rss = [m["daemon_kib"] for m in memory]
+            a_rss = [m["agent_kib"] for m in memory]
+            print(f"cluster up in {up:.1f} s; memory per node (RSS): agent daemon p50 "
+                  f"{mib(statistics.median(d_rss)):.1f} MiB max {mib(max(d_rss)):.1f}, Mesos agent "
+                  f"p50 {mib(statistics.median(a_rss)):.1f} MiB max {mib(max(a_rss)):.1f}; "
+                  f"master {mib(rss_kib(cluster.master.pid)):.1f} MiB", flush=True)
 
-        command_rss = bench.command_executor_rss(min(GPUS_PER_NODE, bench.tasks))
-        if args.warmup:
-            # each agent's first tasks pay once what no later one does (its framework
-            # and executor directories, the executor's compiled modules): paid here by
-            # both kinds, so that the first measured run is not charged for it
-            warm = time.monotonic()
-            bench.warm_up()
-            print(f"warm-up (one app of each kind, {args.nodes} tasks each): "
-                  f"{time.monotonic() - warm:.1f} s", flush=True)
-        plain = bench.submit("cpu", 0)
-        bench.remove("cpu")
-        gpu = bench.submit("gpu", 1)
-        ours = [rss_kib(p) for p in bench.executors(b"mesos_gpu\0executor")]
-        fw = cluster.framework.pid
-        daemons_rss = sum(rss_kib(n.daemon.proc.pid) for n in cluster.nodes)
-        print(f"{'':<34}{'1-GPU tasks':>12}{'no GPU':>10}{'ratio':>9}")
-        print(f"{'submit -> all TASK_RUNNING':<34}{gpu['seconds']:>10.2f} s{plain['seconds']:>8.2f} s"
-              f"{gpu['seconds'] / plain['seconds']:>8.2f}x   (target <= 1.2)")
-        print(f"{'framework CPU s':<34}{gpu['fw_cpu']:>12.2f}{plain['fw_cpu']:>10.2f}"
-              f"{gpu['fw_cpu'] / max(plain['fw_cpu'], 0.01):>8.2f}x")
-        print(f"{'agent daemons CPU s (all)':<34}{gpu['daemons_cpu']:>12.2f}"
-              f"{plain['daemons_cpu']:>10.2f}"
-              f"{gpu['daemons_cpu'] / max(plain['daemons_cpu'], 0.01):>8.2f}x")
-        print(f"{'':<34}{'ours':>12}{'baseline':>10}{'ratio':>9}")
-        print(f"{'executor RSS per task MiB':<34}{mib(statistics.mean(ours)):>12.1f}"
-              f"{mib(command_rss):>10.1f}{statistics.mean(ours) / command_rss:>8.2f}x"
-              f"   (baseline: the bed's command executor, {len(ours)} of ours)")
-        print(f"framework peak RSS {mib(peak_rss_kib(fw)):.1f} MiB; agent daemons RSS "
-              f"{mib(daemons_rss):.1f} MiB in all, {mib(daemons_rss / nodes):.1f} per node",
-              flush=True)
+            command_rss = bench.command_executor_rss(min(GPUS_PER_NODE, bench.tasks))
+            if args.warmup:
+                # each agent's first tasks pay once what no later one does (its framework
+                # and executor directories, the executor's compiled modules): paid here by
+                # both kinds, so that the first measured run is not charged for it
+                warm = time.monotonic()
+                bench.warm_up()
+                print(f"warm-up (one app of each kind, {args.nodes} tasks each): "
+                      f"{time.monotonic() - warm:.1f} s", flush=True)
+            plain = bench.submit("cpu", 0)
+            bench.remove("cpu")
+            gpu = bench.submit("gpu", 1)
+            ours = [rss_kib(p) for p in bench.executors(b"mesos_gpu\0executor")]
+            fw = cluster.framework.pid
+            daemons_rss = sum(rss_kib(n.daemon.proc.pid) for n in cluster.nodes)
+            print(f"{'':<34}{'1-GPU tasks':>12}{'no GPU':>10}{'ratio':>9}")
+            print(f"{'submit -> all TASK_RUNNING':<34}{gpu['seconds']:>10.2f} s{plain['seconds']:>8.2f} s"
+                  f"{gpu['seconds'] / plain['seconds']:>8.2f}x   (target <= 1.2)")
+            print(f"{'framework CPU s':<34}{gpu['fw_cpu']:>12.2f}{plain['fw_cpu']:>10.2f}"
+                  f"{gpu['fw_cpu'] / max(plain['fw_cpu'], 0.01):>8.2f}x")
+            print(f"{'agent daemons CPU s (all)':<34}{gpu['daemons_cpu']:>12.2f}"
+                  f"{plain['daemons_cpu']:>10.2f}"
+                  f"{gpu['daemons_cpu'] / max(plain['daemons_cpu'], 0.01):>8.2f}x")
+            print(f"{'':<34}{'ours':>12}{'baseline':>10}{'ratio':>9}")
+            print(f"{'executor RSS per task MiB':<34}{mib(statistics.mean(ours)):>12.1f}"
+                  f"{mib(command_rss):>10.1f}{statistics.mean(ours) / command_rss:>8.2f}x"
+                  f"   (baseline: the bed's command executor, {len(ours)} of ours)")
+            print(f"framework peak RSS {mib(peak_rss_kib(fw)):.1f} MiB; agent daemons RSS "
+                  f"{mib(daemons_rss):.1f} MiB in all, {mib(daemons_rss / nodes):.1f} per node",
+                  flush=True)
 
-        floor = bench.api_latency("/v2/info")
-        for path in ("/v2/apps", "/v2/tasks", "/v1/nodes"):
-            r = bench.api_latency(path)
-            print(f"GET {path:<10} p50 ms {r['p50']:>8.2f}   p99 ms {r['p99']:>8.2f}  "
-                  f"{r['bytes'] / 1024:>8.1f} KiB   vs GET /v2/info p50 {floor['p50']:.2f} ms: "
-                  f"{r['p50'] / floor['p50']:.1f}x, p99 {floor['p99']:.2f} ms: "
-                  f"{r['p99'] / floor['p99']:.1f}x")
-        k = bench.kill_agents()
-        print(f"{len(k['victims'])} agents SIGKILLed: lost tasks running again {k['again']:.2f} s "
-              f"({k['lost']} tasks; the master marked them lost after {k['detected']:.2f} s, "
-              f"ours after that {k['again'] - k['detected']:.2f} s); GPUs granted twice: "
-              f"{k['twice']}", flush=True)
-        free = bench.scale_to_zero("gpu", k["victims"])
-        print(f"scale to 0: every GPU free {free:.2f} s (in all {nodes} daemons' ledgers, "
-              f"the {len(k['victims'])} killed agents restarted before)", flush=True)
-    left = cluster.leftovers()
-    print("left behind: " + (", ".join(left) if left else "nothing"))
+            floor = bench.api_latency("/v2/info")
+            for path in ("/v2/apps", "/v2/tasks", "/v1/nodes"):
+                r = bench.api_latency(path)
+                print(f"GET {path:<10} p50 ms {r['p50']:>8.2f}   p99 ms {r['p99']:>8.2f}  "
+                      f"{r['bytes'] / 1024:>8.1f} KiB   vs GET /v2/info p50 {floor['p50']:.2f} ms: "
+                      f"{r['p50'] / floor['p50']:.1f}x, p99 {floor['p99']:.2f} ms: "
+                      f"{r['p99'] / floor['p99']:.1f}x")
+            k = bench.kill_agents()
+            print(f"{len(k['victims'])} agents SIGKILLed: lost tasks running again {k['again']:.2f} s "
+                  f"({k['lost']} tasks; the master marked them lost after {k['detected']:.2f} s, "
+                  f"ours after that {k['again'] - k['detected']:.2f} s); GPUs granted twice: "
+                  f"{k['twice']}", flush=True)
+            free = bench.scale_to_zero("gpu", k["victims"])
+            print(f"scale to 0: every GPU free {free:.2f} s (in all {nodes} daemons' ledgers, "
+                  f"the {len(k['victims'])} killed agents restarted before)", flush=True)
+    finally:
+        left = cluster.leftovers()
+        print("left behind: " + (", ".join(left) if left else "nothing"), flush=True)
     return 1 if left else 0
 
 

@@ -2,6 +2,7 @@
 a measurement nobody runs: each runs as the operator runs it (a subprocess of the
 script, real daemons, real cgroups, the fake NVML) and must print its figures and
 its baseline ratio. bench/gpu_task_overhead.py has its own file, the model of these."""
+import os
 import re
 import subprocess
 import sys
@@ -107,3 +108,18 @@ def test_the_bench_runs_at_a_tiny_size_and_prints_its_figures(script):
     for pattern in patterns:
         assert re.search(pattern, r.stdout, re.MULTILINE), \
             f"{script} printed no line matching {pattern!r}:\n{r.stdout}\n{r.stderr[-2000:]}"
+
+
+def test_the_scale_bench_says_where_it_stops():
+    """A size this machine does not reach in the wait: the bench says how far it got and
+    where the CPU went, by kind of process, exits 1 and leaves nothing behind."""
+    r = subprocess.run([sys.executable, str(REPO / "bench" / "scale.py"), "--nodes", "1",
+                        "--apps", "1", "--instances", "2", "--kill", "1", "--samples", "1"],
+                       capture_output=True, text=True, timeout=300, cwd=REPO,
+                       env={**os.environ, "SCALE_BENCH_WAIT": "0.01"})
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert re.search(rf"^STOPPED: warm-cpu: tasks running: not reached in 0 s; \d+ of 2 tasks "
+                     rf"running\. CPU s so far: Mesos agents {NUM} \(\d+%\), Mesos master "
+                     rf"{NUM} .*agent daemons .*framework .*our executors {NUM}", r.stdout,
+                     re.MULTILINE), r.stdout + r.stderr[-2000:]
+    assert re.search(r"^left behind: nothing$", r.stdout, re.MULTILINE), r.stdout
