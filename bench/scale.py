@@ -50,6 +50,18 @@ TICK = os.sysconf("SC_CLK_TCK")
 WAIT = float(os.environ.get("SCALE_BENCH_WAIT", 600))
 
 
+AGENT_CPUS = 4
+
+
+def cpus_of(gpus: int) -> float:
+    """A task's cpus: the no-GPU baseline's tasks take an eighth of an agent each, so that
+    they lie 8 to an agent as the one-GPU tasks do (with 0.01 they were packed up to 93 on
+    one agent, whose Mesos containerizer then could not start them all within the
+    executor registration minute: the baseline, not the GPUs, stopped the bench at 30
+    nodes)."""
+    return 0.01 if gpus else AGENT_CPUS / GPUS_PER_NODE
+
+
 def cpu_s(pid: int) -> float:
     """User + system CPU seconds of the process so far (0 once gone)."""
     try:
@@ -130,7 +142,8 @@ class Bench:
         start = time.monotonic()
         for a in range(self.args.apps):
             self.api.call("POST", "/v2/apps", {
-                "id": f"/scale/{prefix}{a:03d}", "cmd": "sleep 3600", "cpus": 0.01, "mem": 8,
+                "id": f"/scale/{prefix}{a:03d}", "cmd": "sleep 3600", "cpus": cpus_of(gpus),
+                "mem": 8,
                 "gpus": gpus, "instances": self.args.instances,
                 # every agent has GPUs: the no-GPU baseline may use them (Marathon's label)
                 "labels": {} if gpus else {"GPU_SCHEDULING_BEHAVIOR": "unrestricted"}})
@@ -141,7 +154,7 @@ class Bench:
     def warm_up(self) -> None:
         for prefix, gpus in (("warm-cpu", 0), ("warm-gpu", 1)):
             self.api.call("POST", "/v2/apps", {
-                "id": f"/scale/{prefix}", "cmd": "sleep 3600", "cpus": 0.01, "mem": 8,
+                "id": f"/scale/{prefix}", "cmd": "sleep 3600", "cpus": cpus_of(gpus), "mem": 8,
                 "gpus": gpus, "instances": self.args.nodes,
                 "labels": {} if gpus else {"GPU_SCHEDULING_BEHAVIOR": "unrestricted"}})
             self.wait(lambda: self.running() >= self.args.nodes, f"{prefix}: tasks running")
@@ -257,7 +270,8 @@ def run(args: argparse.Namespace) -> int:
           f"instances = {args.apps * args.instances} tasks (MESOS, no image, sleep); "
           f"{os.cpu_count()} CPUs, shared with other work", flush=True)
     up = time.monotonic()
-    cluster = GpuCluster(nodes=nodes, framework=True, cpus=4, mem=4096, master_env=MASTER_PINGS)
+    cluster = GpuCluster(nodes=nodes, framework=True, cpus=AGENT_CPUS, mem=4096,
+                         master_env=MASTER_PINGS)
     try:
         with cluster:
             up = time.monotonic() - up
