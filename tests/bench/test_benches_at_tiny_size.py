@@ -118,7 +118,8 @@ def test_the_scale_bench_says_where_it_stops():
                        capture_output=True, text=True, timeout=300, cwd=REPO,
                        env={**os.environ, "SCALE_BENCH_WAIT": "0.01"})
     assert r.returncode == 1, r.stdout + r.stderr
-    assert re.search(rf"^STOPPED: warm-cpu: tasks running: not reached in 0 s; \d+ of 2 tasks "
+    # which wait it stops in (the warm-up's or the measured one's) is the machine's pace
+    assert re.search(rf"^STOPPED: .+: not reached in 0 s; \d+ of 2 tasks "
                      rf"running\. CPU s so far: Mesos agents {NUM} \(\d+%\), Mesos master "
                      rf"{NUM} .*agent daemons .*framework .*our executors {NUM}", r.stdout,
                      re.MULTILINE), r.stdout + r.stderr[-2000:]
