@@ -75,24 +75,22 @@ class ContainerCgroups:
 
     def allowed(self, paths: Dict[str, str], minors: Sequence[int]) -> Set[int]:
         """GPU minors every hierarchy lets the container open (read back from the kernel)."""
-        allowed = set(minors)
-        for version, path in paths.items():
-            try:
-                found = self._backend(version).allowed(path, minors)
-            except BackendGone:
-                raise CgroupVanished(path) from None
-            if found is not None:
-                allowed &= found
-        return allowed
+        return self._allowed_everywhere(paths, minors, lambda b, path: b.allowed(path, minors))
 
     def allowed_nodes(self, paths: Dict[str, str],
                       nodes: Sequence[Tuple[int, int]]) -> Set[Tuple[int, int]]:
         """The character devices (major, minor) of `nodes` (MIG capability nodes) every
         hierarchy lets the container open (read back from the kernel)."""
-        allowed = set(nodes)
+        return self._allowed_everywhere(paths, nodes,
+                                        lambda b, path: b.allowed_nodes(path, nodes))
+
+    def _allowed_everywhere(self, paths: Dict[str, str], asked: Sequence, read) -> Set:
+        """Those of `asked` that every hierarchy allows, as `read(backend, path)` reads
+        each back (None: nothing of ours enforced there, so it restricts nothing)."""
+        allowed = set(asked)
         for version, path in paths.items():
             try:
-                found = self._backend(version).allowed_nodes(path, nodes)
+                found = read(self._backend(version), path)
             except BackendGone:
                 raise CgroupVanished(path) from None
             if found is not None:

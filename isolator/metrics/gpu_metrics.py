@@ -244,8 +244,11 @@ def _task_rows(g: Gpu, h: Holding, sample: DeviceSample, memory: list, utilizati
         labels["share"] = h.share               # a tenant of a shared GPU
     own = [p for p in sample.processes if process_containers.belongs(p.pid, h)]
     memory.append((labels, sum(p.memory_used for p in own)))
-    sm = process_containers.task_sm_utilization(
-        [p.sm_utilization for p in own], len(own), bool(getattr(g, "parent_uuid", "")), h)
-    if sm is not None or not (own or getattr(g, "parent_uuid", "") or h.sharing == "mps"):
-        utilization.append((labels, sm or 0))   # unknown: no row (MIG, MPS)
+    mig = bool(getattr(g, "parent_uuid", ""))
+    sm = process_containers.task_sm_utilization([p.sm_utilization for p in own], len(own),
+                                                mig, h)
+    if sm is None and not own and not mig and h.sharing != "mps":
+        sm = 0                                  # nothing of the task's runs there: idle
+    if sm is not None:                          # unknown (MIG, MPS): no row
+        utilization.append((labels, sm))
     count.append((labels, len(own)))
