@@ -12,7 +12,8 @@
  *   board <i> <boardId>           (GPUs sharing a board id are one multi-GPU board, e.g. a K80)
  *   nvlink <i> <j> <links>        (<links> active NVLinks between GPU i and GPU j)
  *   util <i> <gpu%> <mem%>        (utilization rates)
- *   proc <i> <pid> <usedBytes> [<sm%>]  (a compute process on GPU i; memory used is their sum)
+ *   proc <i> <pid> <usedBytes> [<sm%>|none]  (a compute process on GPU i; memory used is their sum;
+ *                                 none: listed, never sampled, as an MPS client)
  *   temp <i> <C> [<slowdownC> <shutdownC>]   (default 35 C, thresholds 90 / 95 C)
  *   power <i> <milliwatts>
  *   retired <i> <sbePages> <dbePages> <pending 0|1>
