@@ -32,7 +32,7 @@ from isolator.client import AgentClient  # noqa: E402
 from isolator.cgroups.container_cgroups import ContainerCgroups  # noqa: E402
 from isolator.allocation.ledger import Ledger  # noqa: E402
 from isolator.allocation.owner import my_owner  # noqa: E402
-from isolator.daemon.service import AgentService  # noqa: E402
+from isolator.containers.isolator import AgentService  # noqa: E402
 from tests.bed import cgroups as bed_cgroups  # noqa: E402
 from localcluster import fake_nvml  # noqa: E402
 

@@ -32,7 +32,7 @@ from isolator.api import MESOS  # noqa: E402
 from isolator.cgroups.container_cgroups import ContainerCgroups  # noqa: E402
 from isolator.discovery.gpu import Gpu  # noqa: E402
 from isolator.allocation.ledger import Holding, Ledger  # noqa: E402
-from isolator.daemon.service import AgentService  # noqa: E402
+from isolator.containers.isolator import AgentService  # noqa: E402
 from tests.bed import cgroups as bed_cgroups  # noqa: E402
 from localcluster import fake_nvml  # noqa: E402
 

@@ -1,6 +1,6 @@
 """The agent daemon's local API: the one contract between the daemon and its clients.
 
-The daemon (isolator/daemon/server.py, isolator/daemon/service.py) and every client (the executor,
+The daemon (isolator/daemon/server.py, isolator/containers/isolator.py) and every client (the executor,
 tools, tests) import the requests and answers from here; nothing else reads the
 JSON by raw keys. Each request checks itself when read from JSON and names the
 field that is wrong (the daemon answers 400 with that message).
@@ -388,7 +388,7 @@ NO_GRANT = None     # a task without GPUs on an agent without the daemon gets no
 @dataclass(frozen=True)
 class GpuFaultStop:
     """The daemon stopped the container itself: a GPU it held became unhealthy with a
-    fault that loses the work on it (see isolator/health/gpu_health.py)."""
+    fault that loses the work on it (see isolator/gpu_health/book.py)."""
     message: str                     # e.g. "GPU 2 (GPU-...) became unhealthy: XID 79 (...)"
     uuids: Tuple[str, ...] = ()
     xid: Optional[int] = None

@@ -5,9 +5,9 @@ to manage (--nvidia_gpu_devices / --resources=gpus:N), reads their topology,
 builds the driver volume, recovers the ledger against the kernel and Docker,
 and logs what it found. Then it serves the local API on <work_dir>/agent.sock
 (and, with --metrics_address, /metrics and /v1/health over TCP), watches the
-GPUs' health (isolator/health/health_monitor.py; the state in <work_dir>/health.json)
+GPUs' health (isolator/gpu_health/monitor.py; the state in <work_dir>/health.json)
 and reconciles every holding with its owner, the Mesos agent, the kernel and
-Docker (isolator/daemon/reconciler.py) until SIGTERM or SIGINT, writes a last ledger
+Docker (isolator/containers/reaper.py) until SIGTERM or SIGINT, writes a last ledger
 snapshot and exits 0.
 One daemon per work_dir: a second one is refused (the lock file names the first).
 A start refused for bad flags or an unusable host leaves no new work_dir behind.
@@ -26,21 +26,21 @@ from isolator.cgroups import cgroup_host
 from isolator.discovery import devices, nvml
 from isolator.daemon import flags, side_services
 from isolator.daemon.mig_watch import MigWatch
-from isolator.health import gpu_health
+from isolator.gpu_health import book
 from isolator.metrics import metrics
 from isolator.discovery import topology as topology_mod
-from isolator.health.health_monitor import HealthMonitor
+from isolator.gpu_health.monitor import HealthMonitor
 from isolator.daemon.metrics_server import MetricsServer
-from isolator.health.xid_catalog import Classifier, parse_overrides
+from isolator.gpu_health.xid_catalog import Classifier, parse_overrides
 from isolator.cgroups.container_cgroups import ContainerCgroups
 from isolator.allocation.docker_state import DockerState
 from isolator.discovery import mig
 from isolator.discovery.gpu import MIG_ENABLED, Inventory
 from isolator.api import SOCKET_NAME
 from isolator.allocation.ledger import Ledger
-from isolator.daemon.reconciler import Reconciler
+from isolator.containers.reaper import Reconciler
 from isolator.daemon.server import AgentServer
-from isolator.daemon.service import AgentService
+from isolator.containers.isolator import AgentService
 from isolator.sharing import compute_mode, mps_control, plan as share_plan
 from common.errors import UserError
 
@@ -111,9 +111,9 @@ def _log_devices(dev_dir: str, managed) -> None:
 
 def build_service(args) -> AgentService:
     """Everything the daemon needs, discovered (the flags are checked by run())."""
-    health_path = os.path.join(args.work_dir, gpu_health.FILE_NAME)
+    health_path = os.path.join(args.work_dir, book.FILE_NAME)
     inventory = nvml.discover(args.nvml_library,
-                              known=gpu_health.known_gpus(health_path).values(),
+                              known=book.known_gpus(health_path).values(),
                               caps=flags.nvidia_caps(args))
     selection = flags.select_gpus(inventory, args.nvidia_gpu_devices, args.resources)
     host = cgroup_host.detect()
@@ -148,7 +148,7 @@ def build_service(args) -> AgentService:
         cgroups=ContainerCgroups(host, versions, args.cgroups_root),
         dev_dir=args.dev_dir, docker=docker, volume=volume,
         nvml_library=args.nvml_library, prepare_timeout=args.prepare_timeout,
-        health=gpu_health.HealthBook(physical, health_path, args.health_quiet_period),
+        health=book.HealthBook(physical, health_path, args.health_quiet_period),
         kill_on_fault=args.on_gpu_fault == "kill", shares=shares, mps=mps)
     return service
 

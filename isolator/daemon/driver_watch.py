@@ -19,7 +19,7 @@ import pynvml
 from isolator import api
 from isolator.daemon import cdi_spec
 from isolator.discovery import nvml
-from isolator.daemon.service import AgentService
+from isolator.containers.isolator import AgentService
 from volumes import builder, cdi, in_use
 from volumes.plugin import VolumePlugin
 from common.errors import UserError

@@ -20,7 +20,7 @@ from typing import Optional, Tuple
 from common.errors import UserError
 from isolator.metrics import metrics
 from isolator.daemon.server import AgentServer
-from isolator.daemon.service import AgentService
+from isolator.containers.isolator import AgentService
 
 WORKERS = 2
 

@@ -19,7 +19,7 @@ from typing import Dict, List, Optional, Set
 from isolator.discovery import nvml
 from isolator.discovery.mig import MigDevice
 from isolator.discovery.nvidia_caps import NvidiaCaps
-from isolator.daemon.service import AgentService
+from isolator.containers.isolator import AgentService
 
 log = logging.getLogger("mesos-gpu.agent")
 

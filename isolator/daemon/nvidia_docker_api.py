@@ -35,7 +35,7 @@ import pynvml
 from isolator.discovery import devices, nvml, platform_features
 from isolator.daemon import mesos_agent_flags
 from isolator.discovery.gpu import Gpu
-from isolator.daemon.service import AgentService
+from isolator.containers.isolator import AgentService
 from volumes import environment, plugin
 from common.errors import UserError
 

@@ -42,7 +42,7 @@ from isolator import api
 from isolator.metrics import metrics
 from isolator.errors import AgentError, BadRequest, NotFound, Unavailable
 from isolator.allocation.owner import Owner
-from isolator.daemon.service import AgentService
+from isolator.containers.isolator import AgentService
 
 log = logging.getLogger("mesos-gpu.agent")
 MAX_BODY = 1 << 20

@@ -18,7 +18,7 @@ from typing import Optional, Set
 
 from isolator.daemon.driver_watch import DriverWatch
 from isolator.daemon.nvidia_docker_api import NvidiaDockerApi, parse_address
-from isolator.daemon.service import AgentService
+from isolator.containers.isolator import AgentService
 from volumes import cdi
 from volumes.plugin import MAX_SOCKET_PATH, PluginServer, VolumePlugin
 from common.errors import UserError

@@ -30,15 +30,15 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
 from isolator.allocation import process_containers
 from isolator.api import TaskLabels
 from isolator.discovery.gpu import Gpu
-from isolator.health.gpu_health import STATES
+from isolator.gpu_health.book import STATES
 from isolator.allocation.ledger import Holding
 from isolator.metrics.exposition import Text
-from isolator.health.health_monitor import STUCK_AFTER
-from isolator.health import nvml_health
-from isolator.health.nvml_health import DeviceSample
+from isolator.gpu_health.monitor import STUCK_AFTER
+from isolator.gpu_health import nvml_health
+from isolator.gpu_health.nvml_health import DeviceSample
 
 if TYPE_CHECKING:
-    from isolator.daemon.service import AgentService
+    from isolator.containers.isolator import AgentService
 
 MIB = 2 ** 20
 HOSTNAME = socket.gethostname()

@@ -12,7 +12,7 @@ from isolator.metrics import gpu_metrics
 from isolator.metrics.exposition import Text
 
 if TYPE_CHECKING:
-    from isolator.daemon.service import AgentService
+    from isolator.containers.isolator import AgentService
 
 # seconds; an API call normally takes well under a millisecond
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0)

@@ -46,7 +46,7 @@ from isolator.allocation.docker_state import LIVE_STATES, DockerUnavailable
 from isolator.cgroups.backends import BackendGone
 from isolator.allocation.ledger import Holding
 from isolator.allocation.owner import Owner
-from isolator.daemon.service import AgentService
+from isolator.containers.isolator import AgentService
 
 log = logging.getLogger("mesos-gpu.agent")
 MESOS_MISSES = 2           # passes in a row the Mesos agent must not list a container

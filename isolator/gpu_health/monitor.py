@@ -38,12 +38,12 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import pynvml
 
 from isolator.discovery import nvml
-from isolator.health import nvml_health
+from isolator.gpu_health import nvml_health
 from isolator.discovery.gpu import MIG_ENABLED, Gpu
-from isolator.health.gpu_health import (ECC_DBE, GPU_LOST, RETIRED_PAGES_PENDING, ROW_REMAP_FAILURE,
+from isolator.gpu_health.book import (ECC_DBE, GPU_LOST, RETIRED_PAGES_PENDING, ROW_REMAP_FAILURE,
                                  ROW_REMAP_PENDING, SELF_CHECK, THERMAL, XID, Fault, HealthBook)
-from isolator.health.nvml_health import DeviceSample, Event
-from isolator.health.xid_catalog import Classifier
+from isolator.gpu_health.nvml_health import DeviceSample, Event
+from isolator.gpu_health.xid_catalog import Classifier
 
 log = logging.getLogger("mesos-gpu.agent")
 WAIT_MS = 500                 # one nvmlEventSetWait; the thread checks for stop between

@@ -33,7 +33,7 @@ from isolator.cgroups import cgroup_host, cgroup_paths
 from isolator import crashpoints
 from isolator.allocation import process_containers
 from isolator.discovery import devices, nvml
-from isolator.health import nvml_health
+from isolator.gpu_health import nvml_health
 from isolator.allocation.allocator import Allocator
 from isolator.api import (DOCKER, MESOS, Cleanup, CleanupRequest, Grant, GpuFaultStop,
                           GpuHealth, GpuUsage, GrantedGpu, GrantedShare, IsolateRequest,
@@ -46,7 +46,7 @@ from isolator.cgroups.container_cgroups import CgroupVanished, ContainerCgroups
 from isolator.allocation.docker_state import DockerState, DockerUnavailable
 from isolator.errors import BadRequest, Conflict, Forbidden, Gone, NotFound, Unavailable
 from isolator.discovery.gpu import Gpu, Inventory
-from isolator.health.gpu_health import UNHEALTHY, Fault, HealthBook, Stop
+from isolator.gpu_health.book import UNHEALTHY, Fault, HealthBook, Stop
 from isolator.allocation.ledger import Holding, Ledger, LedgerUnwritable
 from isolator.allocation.owner import Owner, Placed, is_descendant
 from isolator.allocation.recovery import Recovery, Report
