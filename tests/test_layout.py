@@ -164,3 +164,13 @@ def test_every_data_file_of_a_package_ships():
             if not shipped:
                 missing.append(str(path.relative_to(REPO)))
     assert missing == [], "not in setup.py's package_data:\n" + "\n".join(missing)
+
+
+@pytest.mark.parametrize("tests_of", ["isolator", "volumes"])
+def test_no_test_imports_a_conftest(tests_of):
+    """Fixtures reach a test through pytest; what tests share as code lives in tests/bed/."""
+    wrong = [f"{path.relative_to(REPO)}:{line}"
+             for path in sorted((REPO / "tests" / tests_of).rglob("*.py"))
+             for line, module in _runtime_imports(path) if module.endswith(".conftest")
+             or ".conftest." in module]
+    assert wrong == []

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from localcluster.driver_files import DRIVER_VERSION, OLD_DRIVER_VERSION
-from tests.volumes.conftest import compile_library, ldconfig
+from tests.bed.elf_files import compile_library, ldconfig
 from volumes import components, ldcache, rootpath
 from common.errors import UserError
 

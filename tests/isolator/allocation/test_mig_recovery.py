@@ -17,7 +17,7 @@ from isolator.discovery import devices
 from localcluster import fake_nvml, processes
 from tests.bed import waiting
 from tests.isolator.cgroups.test_mig_isolation import caps_paths
-from tests.isolator.conftest import VERSION_MOUNTS, new_prober
+from tests.bed.cgroups import VERSION_MOUNTS, new_prober
 
 MAJOR = fake_nvml.CAPS_MAJOR
 

@@ -15,7 +15,8 @@ from isolator.client import AgentError
 from localcluster.fake_nvml.control import ERROR_UNKNOWN, Control
 from tests.bed import waiting
 from tests.bed.prometheus import families as parse, values
-from tests.isolator.conftest import minors_of, new_prober
+from tests.bed.agent_daemon import minors_of
+from tests.bed.cgroups import new_prober
 
 FAST = ["--health_poll_interval", "0.2", "--health_quiet_period", "2",
         "--reconcile_interval", "0.5"]

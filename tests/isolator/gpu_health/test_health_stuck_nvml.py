@@ -13,7 +13,7 @@ import pytest
 from localcluster.fake_nvml.control import Control
 from tests.bed import waiting
 from tests.bed.prometheus import families as parse, values
-from tests.isolator.conftest import new_prober
+from tests.bed.cgroups import new_prober
 
 FAST = ["--health_poll_interval", "0.2", "--health_quiet_period", "30",
         "--reconcile_interval", "0.5"]
