@@ -35,7 +35,7 @@ import pynvml
 from isolator.discovery import devices, nvml, platform_features
 from isolator.daemon import mesos_agent_flags
 from isolator.discovery.gpu import Gpu
-from isolator.containers.isolator import AgentService
+from isolator.containers.isolator import GpuIsolator
 from volumes import environment, plugin
 from common.errors import UserError
 
@@ -284,27 +284,27 @@ class _BadRequest(Exception):
 
 
 class NvidiaDockerApi:
-    """The API over one agent service; `serve()` starts it in a thread."""
+    """The API over one GPU isolator; `serve()` starts it in a thread."""
 
-    def __init__(self, service: AgentService, address: str, plugin_name: str,
+    def __init__(self, isolator: GpuIsolator, address: str, plugin_name: str,
                  dev_dir: str = "/dev", nvml_library: Optional[str] = None) -> None:
-        self.service = service
+        self.isolator = isolator
         self.address = parse_address(address)
         self.plugin_name = plugin_name
         self.dev_dir = dev_dir
-        self.report = GpuReport(list(service.gpus.values()), nvml_library)
+        self.report = GpuReport(list(isolator.gpus.values()), nvml_library)
         self._server: Optional[HTTPServer] = None
         self._thread: Optional[threading.Thread] = None
 
     # answers
     def gpu_info(self) -> Dict[str, Any]:
-        inv = self.service.inventory
+        inv = self.isolator.inventory
         return self.report.info(inv.driver_version, inv.cuda_driver_version)
 
     def docker_cli(self, query: Dict[str, List[str]]) -> Dict[str, Any]:
         devs = (query.get("dev") or [""])[0].split()
         vols = (query.get("vol") or [""])[0].split()
-        gpus = sorted(self.service.gpus.values(), key=lambda g: g.index)
+        gpus = sorted(self.isolator.gpus.values(), key=lambda g: g.index)
         if not devs or devs == ["*"]:
             chosen = gpus
         else:
@@ -315,7 +315,7 @@ class NvidiaDockerApi:
                 if not match:
                     raise _BadRequest(f"invalid device: {d}")
                 chosen += [g for g in match[:1] if g not in chosen]
-        volume = self.service.volume
+        volume = self.isolator.volume
         if volume is None:
             raise _BadRequest("no driver volume on this node (--driver_volume none)")
         version = volume.name[len("nvidia_"):]
@@ -332,8 +332,8 @@ class NvidiaDockerApi:
         return host_path if host_path == inside else f"{host_path}:{inside}"
 
     def mesos_cli(self) -> str:
-        gpus = sorted(self.service.gpus.values(), key=lambda g: g.index)
-        inv = self.service.inventory
+        gpus = sorted(self.isolator.gpus.values(), key=lambda g: g.index)
+        inv = self.isolator.inventory
         platform = platform_features.for_gpus(inv.driver_version, inv.cuda_driver_version, gpus,
                                               platform_features.read_cpu())
         # nvidia-docker's order: attributes first

@@ -95,7 +95,7 @@ def self_check(sample: DeviceSample, gpu: Gpu) -> Optional[Fault]:
     return None
 
 
-class HealthMonitor:
+class GpuHealthMonitor:
     def __init__(self, gpus: Sequence[Gpu], book: HealthBook, classifier: Classifier,
                  on_fault: Callable[[int, Fault], None], library: Optional[str] = None,
                  poll_interval: float = 5.0, clock: Callable[[], float] = time.time) -> None:

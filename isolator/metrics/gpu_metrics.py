@@ -38,7 +38,7 @@ from isolator.gpu_health import nvml_health
 from isolator.gpu_health.nvml_health import DeviceSample
 
 if TYPE_CHECKING:
-    from isolator.containers.isolator import AgentService
+    from isolator.containers.isolator import GpuIsolator
 
 MIB = 2 ** 20
 HOSTNAME = socket.gethostname()
@@ -96,20 +96,20 @@ def gpu_labels(g: Gpu, h: Optional[Holding]) -> Dict[str, object]:
     return labels
 
 
-def write(out: Text, service: "AgentService") -> None:
-    with service.lock:
+def write(out: Text, isolator: "GpuIsolator") -> None:
+    with isolator.lock:
         holders: Dict[int, List[Holding]] = {}      # a shared GPU has several
-        for h in service.holdings.values():
+        for h in isolator.holdings.values():
             for m in h.gpus:
                 holders.setdefault(m, []).append(h)
-        shared = service._shared_info() if service.shares.gpus else {}
+        shared = isolator.shared_info() if isolator.shares.gpus else {}
     # By key: a MIG device is a row of its own; its memory and processes its own
     # (unit_sample), its other figures, XIDs and health its parent GPU's (by minor). A
     # GPU's own series name its holder; a shared GPU's name none (its tenants have theirs).
-    gpus = [service.gpus[k] for k in sorted(service.gpus)]
+    gpus = [isolator.gpus[k] for k in sorted(isolator.gpus)]
     labels = {g.key: gpu_labels(g, holders[g.key][0] if len(holders.get(g.key, ())) == 1
                                 and not holders[g.key][0].share else None) for g in gpus}
-    snap = service.monitor.snapshot() if service.monitor is not None else {}
+    snap = isolator.monitor.snapshot() if isolator.monitor is not None else {}
     parents: Dict[int, DeviceSample] = snap.get("samples", {})
     samples = {g.key: unit_sample(g, parents, snap.get("mig_samples", {})) for g in gpus
                if g.minor in parents}
@@ -119,9 +119,9 @@ def write(out: Text, service: "AgentService") -> None:
     last_xid = snap.get("last_xid", {})
     out.family("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.",
                [(labels[g.key], last_xid.get(g.minor, 0)) for g in gpus])
-    _health(out, service, gpus, labels, snap)
+    _health(out, isolator, gpus, labels, snap)
     _tasks(out, gpus, holders, samples)
-    _shared(out, service, shared)
+    _shared(out, isolator, shared)
 
 
 def unit_sample(g: Gpu, parents: Dict[int, DeviceSample],
@@ -133,7 +133,7 @@ def unit_sample(g: Gpu, parents: Dict[int, DeviceSample],
     return migs.get(g.uuid) or nvml_health.mig_base(parents[g.minor], g.uuid)
 
 
-def _shared(out: Text, service: "AgentService", shared: Dict) -> None:
+def _shared(out: Text, isolator: "GpuIsolator", shared: Dict) -> None:
     """Each shared GPU: its tenants, what is left, how it is shared, its MPS restarts."""
     rows = [({"gpu": int(index), "UUID": s["uuid"], "sharing": s["sharing"]}, s)
             for index, s in sorted(shared.items())]
@@ -159,9 +159,9 @@ def _short(g: Gpu) -> Dict[str, object]:
     return {"minor": g.minor, "UUID": getattr(g, "parent_uuid", "") or g.uuid}
 
 
-def _health(out: Text, service: "AgentService", gpus: List[Gpu],
+def _health(out: Text, isolator: "GpuIsolator", gpus: List[Gpu],
             labels: Dict[int, Dict[str, object]], snap: Dict) -> None:
-    book = service.health
+    book = isolator.health
     states = {s.minor: s for s in book.all()} if book is not None else {}
     out.family("mesos_gpu_gpu_health", "gauge",
                "1 for the GPU's health state (healthy; unhealthy: no new work; probing: its "
@@ -177,7 +177,7 @@ def _health(out: Text, service: "AgentService", gpus: List[Gpu],
                "Changes of a GPU's health state.",
                [({**_short(by_minor[m]), "from": old, "to": new}, n)
                 for (m, old, new), n in sorted(transitions.items()) if m in by_minor])
-    classify = service.monitor.classifier if service.monitor is not None else None
+    classify = isolator.monitor.classifier if isolator.monitor is not None else None
     out.family("mesos_gpu_xid_errors_total", "counter",
                "XID errors NVML reported, by code and what they did (application: counted "
                "only; unhealthy; kill: the work on the GPU was stopped).",
@@ -195,7 +195,7 @@ def _health(out: Text, service: "AgentService", gpus: List[Gpu],
     out.family("mesos_gpu_containers_stopped_for_gpu_fault_total", "counter",
                "Containers the daemon stopped because a GPU they held got a fault that "
                "loses the work on it (--on_gpu_fault kill); counted when decided, once.",
-               [({}, service.counters.get("gpu_fault_stops", 0))])
+               [({}, isolator.counters.get("gpu_fault_stops", 0))])
     out.family("mesos_gpu_nvml_errors_total", "counter",
                "NVML calls of the health monitor that failed, by function.",
                [({"function": name}, n) for name, n in sorted(snap.get("nvml_errors", {}).items())])

@@ -122,7 +122,7 @@ def test_usage_requests_stuck_in_nvml_leave_the_other_routes_free(node):
     and nothing waits on another request's stuck call."""
     import threading
     from isolator.client import AgentClient, AgentError
-    from isolator.containers.isolator import USAGE_SLOTS
+    from isolator.containers.views import USAGE_SLOTS
     agent = node()
     c = agent.client
     for i in range(7):                        # one GPU left for a prepare meanwhile
