@@ -1,31 +1,7 @@
 """What a driver volume holds: the binaries, libraries and GSP firmware of the
-RUNNING NVIDIA driver, and nothing else.
-
-The list (LIBRARIES, BINARIES, LEFT_OUT) is NVIDIA's current one (the container
-toolkit and libnvidia-container inject the same), each entry with its reason.
-How files are found:
-
-- Libraries: every ld.so.cache entry whose name starts with a listed name,
-  resolved to its real file under the root. The file must belong to the running
-  driver: its name ends in `.so.<driver version>`, or (a file named without the
-  version) the version string is in its bytes. A file of another driver is
-  replaced by its sibling of the running version in the same directory when
-  there is one (an upgrade in place leaves the cache naming the old file), else
-  left out; all such files are named in one log line. Then the GL compat and TLS
-  filters, `lib64/` for ELF class 64 and `lib/` for class 32, and links: the
-  DT_SONAME, every name the cache lists for the file (as Mesos's volume), and
-  the extra names nvidia-docker and NVIDIA's toolkit add (EXTRA_LINKS).
-- Binaries: the driver's own programs, looked for beside the running driver's
-  libnvidia-ml (a driver root such as /usr/local/nvidia/{lib64,bin}), in the
-  driver roots' usual directories (DRIVER_BIN_DIRS), then on the host's PATH
-  (links followed inside the root). Only an ELF executable whose bytes carry
-  the running version is taken (one carrying no version at all only when no
-  other of its name does, as 535's nvidia-cuda-mps-server): a shell wrapper (/usr/bin/nvidia-smi on hosts
-  whose driver lives under /usr/local/nvidia) would exec itself in a
-  container, and another driver's program would not talk to this one.
-- GSP firmware: `nvidia/<version>/gsp*.bin` in the kernel's firmware search
-  path, as NVIDIA's toolkit mounts it; containers see it at FIRMWARE_DIR.
-"""
+RUNNING NVIDIA driver, and nothing else; the list (LIBRARIES, BINARIES,
+LEFT_OUT) is NVIDIA's, each entry with its reason. How each kind of file is found:
+ARCHITECTURE.md, "The node side in detail"."""
 import logging
 import os
 import platform

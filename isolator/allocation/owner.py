@@ -130,7 +130,7 @@ class Owner:
 
 
 def my_owner() -> Owner:
-    """This process as an owner (a daemon's service called in-process, in tests)."""
+    """This process as an owner (the GPU isolator called in-process, in tests)."""
     owner = Owner.of_process(os.getpid())
     assert owner is not None
     return owner

@@ -1,26 +1,7 @@
 """nvidia-docker v1's REST API, served by the agent daemon (--nvidia_docker_api
-HOST:PORT), so scripts written for nvidia-docker-plugin keep working:
-
-    GET /v1.0/gpu/info[/json]     driver and CUDA versions, each GPU's properties
-    GET /v1.0/gpu/status[/json]   each GPU's power, temperature, use, clocks, processes
-    GET /v1.0/docker/cli[/json]   ?dev=0+1|GPU-uuid-prefix&vol=nvidia_driver: docker run flags
-    GET /v1.0/mesos/cli           the mesos-agent flags
-
-The same routes answer without the /v1.0 prefix, and the answers have
-nvidia-docker's shapes: the same JSON fields and units (MiB, MHz, W, MB/s, °C),
-`null` for what the hardware cannot tell, text tables aligned the same way,
-400 with "invalid device: X" / "invalid volume: X". Two answers differ on
-purpose:
-- /docker/cli mounts the volume `ro,nocopy` (with `ro` alone dockerd copies an
-  image's /usr/local/nvidia into the driver volume at the first mount);
-- /mesos/cli gives flags Mesos 1.x accepts (`--resources=gpus:N` and readable
-  attributes, as `mesos-gpu agent flags`); nvidia-docker's
-  `gpus:{uuid,...}` set resource and base64 attribute are refused by Mesos
-  since 1.0 ("gpus" must be a scalar).
-
-The GPUs are the ones the daemon manages, by NVML index; devices and volume
-are those of the daemon's Docker volume plugin, which must be served too.
-"""
+HOST:PORT) with nvidia-docker's answer shapes, so scripts written for
+nvidia-docker-plugin keep working. Routes, and the two answers that differ on
+purpose: ARCHITECTURE.md, "The node side in detail"."""
 import json
 import logging
 import os

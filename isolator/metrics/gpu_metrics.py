@@ -1,28 +1,7 @@
-"""Per-GPU, GPU health and per-task series of the daemon's /metrics.
-
-Per GPU, the names NVIDIA's DCGM exporter uses (so its dashboards work as
-they are): DCGM_FI_DEV_GPU_UTIL, _MEM_COPY_UTIL, _FB_USED/_FB_FREE/_FB_TOTAL
-(MiB), _GPU_TEMP (C), _POWER_USAGE (W), _XID_ERRORS (the last XID seen, 0
-for none), the ECC counts (_ECC_SBE_VOL_TOTAL ... _ECC_DBE_AGG_TOTAL), retired
-pages (_RETIRED_SBE, _RETIRED_DBE, _RETIRED_PENDING) and remapped rows
-(_CORRECTABLE_REMAPPED_ROWS, _UNCORRECTABLE_REMAPPED_ROWS, _ROW_REMAP_FAILURE,
-_ROW_REMAP_PENDING). Each GPU carries DCGM's labels (gpu = NVML index, UUID,
-device, modelName, Hostname) and ours: minor, and while a container holds it
-the container_id, task_id, framework_id and app_id its executor named (empty
-when free). A figure the GPU does not report is left out, as DCGM does.
-
-The figures are the health monitor's last poll (--health_poll_interval; its
-age is mesos_gpu_gpu_sample_age_seconds): a scrape reads memory, it does not
-call NVML, so any number of scrapers cost the GPUs nothing.
-
-Ours: mesos_gpu_gpu_health (one series per state, 1 for the current one),
-mesos_gpu_gpus_unhealthy, health transitions, XIDs by code and effect, ECC
-events, self-checks, containers stopped for a GPU fault, NVML errors by
-function, event-set restarts; and per task
-(the container's own processes, by their cgroups: process_containers.py)
-mesos_gpu_task_gpu_memory_used_bytes, mesos_gpu_task_gpu_utilization_percent
-and mesos_gpu_task_gpu_processes.
-"""
+"""Per-GPU, GPU health and per-task series of the daemon's /metrics: per GPU under
+the names and labels of NVIDIA's DCGM exporter (so its dashboards work), read from
+the health monitor's last poll, never from NVML at scrape time. The series:
+ARCHITECTURE.md, "The node side in detail"."""
 import socket
 import time
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
