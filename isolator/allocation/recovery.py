@@ -91,7 +91,7 @@ class Recovery:
         if h.state == "prepared" and not pids:
             if existing:                         # an isolate cut short before the move
                 self.cgroups.remove(existing)
-            return h                             # not isolated yet; see reap
+            return h                             # not isolated yet; see orphan_sweep.py
         if not pids:
             if self._owner_lives(h):
                 return h

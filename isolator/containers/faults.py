@@ -1,7 +1,7 @@
 """The GPU isolator's response to a fault that loses the work on a GPU: an XID or
 ECC error the health monitor reports, an MPS control daemon that died, an MPS
 server that failed. The containers on it are stopped and their stop is put on
-record first, so that cleanup's answer tells their executors why, and the reaper
+record first, so that cleanup's answer tells their executors why, and the orphan sweep
 finishes a stop that did not happen (the daemon died, Docker did not answer)."""
 import time
 from typing import Optional
@@ -43,7 +43,7 @@ class FaultResponse:
                     iso.counters["gpu_fault_stops"] += 1
             crashpoints.reached("gpu_fault:after_record", h.container_id)
             # not done (Docker did not answer, the holding changed meanwhile, the daemon
-            # died): the reaper stops it, the stop being on record
+            # died): the orphan sweep stops it, the stop being on record
             iso.release(h, "gpu_unhealthy", message)
 
     def mps_restarted(self, control: MpsControl, why: str) -> None:

@@ -1,5 +1,5 @@
 """The GPU isolator: each container's life on this node (prepare, isolate, update,
-cleanup; release and adopt for the reaper), one lock over every change, each
+cleanup; release and adopt for the orphan sweep), one lock over every change, each
 change in the ledger's journal before the kernel or the caller sees it. The order
 of effects that makes a crash anywhere safe is in ARCHITECTURE.md."""
 import logging
@@ -99,7 +99,7 @@ class GpuIsolator(IsolatorViews):
         """What recovery changed, in the journal before anything is served (a snapshot
         may not fit on a full disk, a few records do): the daemon never serves from a
         state the ledger does not hold. A change the journal cannot take is not made:
-        that container stays as recorded (its GPUs held), for the reaper to settle
+        that container stays as recorded (its GPUs held), for the orphan sweep to settle
         once the disk takes it."""
         out = dict(recovered)
         kept = []
@@ -117,7 +117,7 @@ class GpuIsolator(IsolatorViews):
                 error = e
         if kept:
             log.warning("recovery: %d container(s) kept as recorded (%s): the journal cannot "
-                        "take what recovery decided for them; the reaper settles them "
+                        "take what recovery decided for them; the orphan sweep settles them "
                         "once it can: %s", len(kept), ", ".join(sorted(kept)), error)
         return out
 
@@ -129,7 +129,7 @@ class GpuIsolator(IsolatorViews):
 
     def on_new_owner(self, listener: Callable[[Owner], None]) -> None:
         """Call `listener(owner)` for each owner that gains a container (the
-        reaper watches it, to notice its end at once)."""
+        orphan sweep watches it, to notice its end at once)."""
         self._owner_listeners.append(listener)
 
     def _watch(self, owner: Optional[Owner]) -> None:
@@ -460,7 +460,7 @@ class GpuIsolator(IsolatorViews):
     def cleanup(self, request: CleanupRequest) -> Cleanup:
         """The container's end, as its owner (or an operator) reports it: its cgroups
         emptied and removed, its GPUs back. A Docker container is the caller's to
-        remove (the reaper removes one whose owner is gone)."""
+        remove (the orphan sweep removes one whose owner is gone)."""
         with self.lock:
             # stopped for a GPU fault: said even when the owner's cleanup overtakes the
             # stop (a Docker container is removed outside the lock)
@@ -508,7 +508,7 @@ class GpuIsolator(IsolatorViews):
             crashpoints.reached("release:after_stop", h.container_id)
             try:
                 self._drop(h)
-            except LedgerUnwritable as e:       # the reaper's next pass tries again
+            except LedgerUnwritable as e:       # the next sweep tries again
                 if h.container_id not in self._unrecorded:
                     log.warning("container %s: its release cannot be recorded yet (tried "
                                 "again each pass): %s", h.container_id, e)
@@ -527,7 +527,7 @@ class GpuIsolator(IsolatorViews):
             if self.holdings.get(h.container_id) is h:
                 try:
                     self._put(replace(h, state="isolated", docker_id=docker_id))
-                except LedgerUnwritable as e:   # the reaper's next pass tries again
+                except LedgerUnwritable as e:   # the next sweep tries again
                     log.warning("container %s: cannot record it as isolated yet: %s",
                                 h.container_id, e)
                     return

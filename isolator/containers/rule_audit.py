@@ -1,4 +1,4 @@
-"""The isolation audit of each reaper pass: an isolated container's device rules
+"""The isolation audit of each orphan sweep: an isolated container's device rules
 read back from the kernel through its isolation backends and written again when
 they drifted from the ledger (a `systemctl daemon-reload` rewrites device cgroups
 on systemd hosts), each repair counted in the metrics."""

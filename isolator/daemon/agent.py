@@ -6,7 +6,7 @@ builds the driver volume, recovers the ledger against the kernel and Docker,
 and logs what it found. Then it serves the local API on <work_dir>/agent.sock
 (and, with --metrics_address, /metrics and /v1/health over TCP), watches the
 GPUs' health (isolator/gpu_health/monitor.py; the state in <work_dir>/health.json)
-and reaps what nobody owns (isolator/containers/reaper.py) until SIGTERM or
+and sweeps up what nobody owns (isolator/containers/orphan_sweep.py) until SIGTERM or
 SIGINT, writes a last ledger snapshot and exits 0.
 One daemon per work_dir: a second one is refused (the lock file names the first).
 A start refused for bad flags or an unusable host leaves no new work_dir behind.
@@ -37,7 +37,7 @@ from isolator.discovery import mig
 from isolator.discovery.gpu import MIG_ENABLED, Inventory
 from isolator.api import SOCKET_NAME
 from isolator.allocation.ledger import Ledger
-from isolator.containers.reaper import Reaper
+from isolator.containers.orphan_sweep import OrphanSweep
 from isolator.daemon.server import AgentServer
 from isolator.containers.faults import FaultResponse
 from isolator.containers.isolator import GpuIsolator
@@ -304,8 +304,8 @@ def run(args) -> int:
         keeper = threading.Thread(target=_housekeeping, name="housekeeping", daemon=True,
                                   args=(isolator, stop, args.ledger_flush_interval))
         keeper.start()
-        reaper = Reaper(isolator, args.reconcile_interval)
-        threads += reaper.start(stop)
+        sweep = OrphanSweep(isolator, args.reconcile_interval)
+        threads += sweep.start(stop)
         if isolator.mps:
             threads.append(threading.Thread(
                 target=mps_control.watch, name="mps-watch", daemon=True,
@@ -315,7 +315,7 @@ def run(args) -> int:
             threads[-1].start()
         threads += MigWatch(isolator, args.nvml_library, flags.nvidia_caps(args),
                             args.driver_check_interval).start(stop)
-        log.info("reaping holdings nobody owns every %g s (and at once when an owner ends)",
+        log.info("sweeping holdings nobody owns every %g s (and at once when an owner ends)",
                  args.reconcile_interval)
         if metrics_server is not None:
             threads.append(threading.Thread(target=metrics_server.serve_forever,
@@ -329,7 +329,7 @@ def run(args) -> int:
             server.serve_forever(poll_interval=0.2)
         finally:
             stop.set()
-            reaper.wake.set()
+            sweep.wake.set()
             monitor.wake.set()
             server.server_close()
             if metrics_server is not None:

@@ -1,4 +1,4 @@
-"""The reaper: every --reconcile_interval, and at once when an owner process ends
+"""The orphan sweep: every --reconcile_interval, and at once when an owner process ends
 (a pidfd per owner), it releases the GPUs of each container nobody owns any more
 (its owner or its Mesos executor gone, its processes or Docker container ended
 without a cleanup, never isolated in --prepare_timeout, stopped for a GPU fault
@@ -100,7 +100,7 @@ class OwnerWatcher:
         return len(self._fds)
 
 
-class Reaper:
+class OrphanSweep:
     def __init__(self, isolator: GpuIsolator, interval: float = 5.0) -> None:
         self.isolator = isolator
         self.interval = interval
@@ -116,7 +116,7 @@ class Reaper:
     def start(self, stop: threading.Event) -> List[threading.Thread]:
         threads = [threading.Thread(target=self.watcher.run, args=(stop,), name="owner-watch",
                                     daemon=True),
-                   threading.Thread(target=self.run, args=(stop,), name="reaper",
+                   threading.Thread(target=self.run, args=(stop,), name="orphan-sweep",
                                     daemon=True)]
         for t in threads:
             t.start()
@@ -131,8 +131,8 @@ class Reaper:
             self.wake.clear()
             try:
                 self.pass_once()
-            except Exception:                        # keep reaping; the next pass retries
-                log.exception("reaper pass failed")
+            except Exception:                        # keep sweeping; the next pass retries
+                log.exception("orphan sweep failed")
 
     # --- one pass -----------------------------------------------------------------------------
 
@@ -177,7 +177,7 @@ class Reaper:
         try:
             return docker.states()
         except DockerUnavailable as e:
-            log.warning("reaper: %s; Docker containers are left as they are until it "
+            log.warning("orphan sweep: %s; Docker containers are left as they are until it "
                         "answers", e)
             return None
 
