@@ -25,7 +25,7 @@ from tests.bed.agent_daemon import alive
 from tests.bed.cgroups import VERSION_MOUNTS, new_prober, only, open_gpus
 
 FAST = ["--reconcile_interval", "0.5"]
-# releases come at once (pidfd) or within a 0.5 s reconcile: ask often
+# releases come at once (pidfd) or within a 0.5 s sweep: ask often
 wait_until = functools.partial(waiting.wait_until, timeout=15.0, interval=0.05)
 
 # A stand-in executor: it prepares a container, starts the task process (a sleep) and
