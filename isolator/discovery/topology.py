@@ -121,9 +121,9 @@ class Topology:
         return rows
 
 
-def from_nvml(gpus: Sequence[Gpu], raw: NvmlLinks) -> Topology:
+def from_nvml(gpus: Sequence[Gpu], raw: NvmlLinks, log_it: bool = True) -> Topology:
     """raw is isolator.discovery.nvml.topology(): pairs of NVML indices. Logs, once,
-    what the allocator will go by."""
+    what the allocator will go by (the daemon at start; `info` shows it instead)."""
     minor_of = {g.index: g.minor for g in gpus}
     board_of = {g.minor: g.board_id for g in gpus}
     pairs = set(raw.ancestor) | set(raw.nvlinks)
@@ -141,10 +141,12 @@ def from_nvml(gpus: Sequence[Gpu], raw: NvmlLinks) -> Topology:
             links[(a, b)] = Link(INTERNAL, 0, True)
     topo = Topology(links, raw.unsupported)
     minors = sorted(board_of)
-    if raw.unsupported and len(minors) > 1:
+    if not log_it or len(minors) < 2:
+        pass
+    elif raw.unsupported:
         log.warning("GPU topology unknown (%s): several GPUs are handed out first free, "
                     "by minor, as Mesos does", raw.unsupported)
-    elif len(minors) > 1:
+    else:
         peers = {m: topo.nvlink_peers(m) for m in minors}
         log.info("GPU topology: %s", "; ".join(
             f"{m}: NVLink to {','.join(map(str, p))}" if p else
