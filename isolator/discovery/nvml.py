@@ -262,7 +262,8 @@ def topology(library: Optional[str] = None) -> NvmlLinks:
     common ancestor and their NVLinks (direct ones counted per link; two GPUs on
     NVSwitches count the fewer of their switch links, as nvidia-smi's NV18). A pair
     NVML cannot answer for is left out (treated as far apart); an NVML that answers
-    NOT_SUPPORTED for every pair has no topology (`unsupported` says so)."""
+    no pair (NOT_SUPPORTED, or failing) and no NVLink has no topology (`unsupported`
+    says why)."""
     ancestor: Dict[Tuple[int, int], int] = {}
     nvlinks: Dict[Tuple[int, int], int] = {}
     unsupported = ""
@@ -277,16 +278,16 @@ def topology(library: Optional[str] = None) -> NvmlLinks:
                     log.warning("no topology for the GPU at NVML index %d: %s", i, e)
             buses = {_text(pynvml.nvmlDeviceGetPciInfo(h).busId).upper(): i
                      for i, h in handles.items()}
-            refused = 0
+            refused = ""
             for i in handles:
                 for j in (j for j in handles if j > i):
                     try:
                         ancestor[(i, j)] = int(pynvml.nvmlDeviceGetTopologyCommonAncestor(
                             handles[i], handles[j]))
                     except pynvml.NVMLError_NotSupported:
-                        refused += 1
-                    except pynvml.NVMLError:
-                        pass
+                        refused = "NOT_SUPPORTED"
+                    except pynvml.NVMLError as e:
+                        refused = refused or str(e)
             switched = {}
             for i in handles:
                 peers, switched[i] = _nvlinks(handles[i], buses)
@@ -297,7 +298,7 @@ def topology(library: Optional[str] = None) -> NvmlLinks:
                 if switched[i] and switched[j] and _through_switches(handles[i], handles[j]):
                     nvlinks[(i, j)] = nvlinks.get((i, j), 0) + min(switched[i], switched[j])
             if refused and not ancestor and not nvlinks:
-                unsupported = ("NVML answers NOT_SUPPORTED to "
+                unsupported = (f"NVML answers {refused} to "
                                "nvmlDeviceGetTopologyCommonAncestor and has no NVLink")
     except NvmlUnavailable as e:
         log.info("no topology: %s", e)
