@@ -67,6 +67,8 @@ class Allocator:
         return [self.gpus[m] for m in chosen]
 
     def _log_choice(self, chosen: List[int], held: Tuple[int, ...], pool: List[int]) -> None:
+        if not log.isEnabledFor(logging.INFO):
+            return
         first = pool[:len(chosen)]
         if self.topology.unsupported:
             why = "first free (no topology)"
@@ -116,6 +118,8 @@ class Allocator:
               pool: Set[int]) -> List[int]:
         if count == 0:
             return []
+        if not self.topology.known:             # every set alike: the first free, no search
+            return candidates[:count]
         if comb(len(candidates), count) <= EXHAUSTIVE_LIMIT:
             sets: Iterable[Tuple[int, ...]] = combinations(candidates, count)
         else:

@@ -79,6 +79,11 @@ class Topology:
         self._levels = {k: v.level for k, v in self._links.items()}
         self.unsupported = unsupported
 
+    @property
+    def known(self) -> bool:
+        """Whether any pair is told apart from the others (else every set is alike)."""
+        return bool(self._links)
+
     def link(self, a: int, b: int) -> Link:
         return self._links.get((min(a, b), max(a, b)), Link())
 
