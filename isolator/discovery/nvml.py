@@ -223,27 +223,34 @@ def discover(library: Optional[str] = None, known: Iterable[Gpu] = (),
 
 def _nvlinks(handle, bus_to_index: Dict[str, int]) -> Tuple[Dict[int, int], int]:
     """(NVML index of each GPU at the far end of an active NVLink -> link count,
-    active links to NVSwitches). A link whose far end names no GPU is a switch's."""
+    active links to NVSwitches). The far end's type says a switch; without that
+    call (older drivers) a far end whose bus id is no GPU's is taken for one."""
     peers: Dict[int, int] = {}
     switched = 0
     for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
         try:
             if pynvml.nvmlDeviceGetNvLinkState(handle, link) != pynvml.NVML_FEATURE_ENABLED:
                 continue
-            remote = _text(pynvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId)
         except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_InvalidArgument):
             break                      # no NVLink on this GPU, or past its last link
         except pynvml.NVMLError:
             continue
         try:
             kind = pynvml.nvmlDeviceGetNvLinkRemoteDeviceType(handle, link)
-        except pynvml.NVMLError:       # older drivers: told by the far end's bus id
-            kind = pynvml.NVML_NVLINK_DEVICE_TYPE_GPU
+        except pynvml.NVMLError:
+            kind = None
+        if kind == pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH:
+            switched += 1
+            continue
+        try:
+            remote = _text(pynvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId)
+        except pynvml.NVMLError:
+            continue
         peer = bus_to_index.get(remote.upper())
-        if kind == pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH or peer is None:
-            switched += kind == pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH
-        else:
+        if peer is not None:
             peers[peer] = peers.get(peer, 0) + 1
+        elif kind is None:
+            switched += 1
     return peers, switched
 
 

@@ -2,11 +2,14 @@
 would: common ancestor, nearest GPUs, NVLink state and far end (a GPU, or an NVSwitch
 on an HGX board), P2P status; a node without topology answers NOT_SUPPORTED; and
 what isolator.discovery.nvml makes of each layout."""
+from itertools import combinations
+
 import pynvml
 import pytest
 
 from isolator.discovery import nvml
 from localcluster import fake_nvml
+from localcluster.fake_nvml.control import ERROR_NOT_SUPPORTED, Control
 from localcluster.paths import LocalClusterError
 
 
@@ -109,3 +112,20 @@ def test_a_gpu_with_too_many_nvlinks_is_refused():
         fake_nvml.custom("many", gpus, nvlinks={(0, 1): 22}, nvswitch={0: 18})
     with pytest.raises(LocalClusterError, match="GPU index 2 out of range"):
         fake_nvml.custom("nosuch", gpus, nvswitch={2: 18})
+
+
+@pytest.mark.parametrize("layout, failing", [
+    ("h200x8", "nvmlDeviceGetNvLinkRemotePciInfo_v2"),     # the switches' far end unread
+    ("h200x8", "nvmlDeviceGetNvLinkRemoteDeviceType"),     # an older driver: bus ids only
+    ("v100x8", "nvmlDeviceGetNvLinkRemoteDeviceType"),
+    ("h200x8", "nvmlDeviceGetP2PStatus")])                 # no P2P answer: one fabric
+def test_discovery_reads_the_links_when_one_call_fails(nvml_layout, monkeypatch, tmp_path,
+                                                        layout, failing):
+    nvml_layout(layout)
+    control = tmp_path / "nvml.control"
+    control.touch()
+    monkeypatch.setenv("FAKE_NVML_CONTROL", str(control))
+    Control(control).fail(failing, ERROR_NOT_SUPPORTED)
+    want = {"h200x8": {p: 18 for p in combinations(range(8), 2)},
+            "v100x8": dict(fake_nvml.DGX1_NVLINKS)}[layout]
+    assert dict(nvml.topology().nvlinks) == want
