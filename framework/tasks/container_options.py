@@ -120,3 +120,28 @@ def check_volumes(value: Any) -> Tuple[Volume, ...]:
     if value is None:
         return ()
     return tuple(Volume.from_json(item) for item in value)
+
+
+@dataclass(frozen=True)
+class PullCredential:
+    """The registry user and secret an app gave for its image
+    (`container.docker.credential`), used for that image's pull only. Its
+    secret is never written out but in TaskInfo.data and the state store."""
+    principal: str
+    secret: str
+
+    def __repr__(self) -> str:         # a log line or a traceback never shows the secret
+        return f"PullCredential({self.principal!r}, secret hidden)"
+
+    def to_json(self) -> dict:
+        return {"principal": self.principal, "secret": self.secret}
+
+    @classmethod
+    def from_json(cls, value: Any) -> Optional["PullCredential"]:
+        if value is None or isinstance(value, PullCredential):
+            return value
+        if not isinstance(value, Mapping) or not isinstance(value.get("principal"), str) \
+                or not value.get("principal") or not isinstance(value.get("secret"), str):
+            raise ContainerOptionError("pull_credential: must be {\"principal\": user, "
+                                       "\"secret\": password}, both strings")
+        return cls(value["principal"], value["secret"])
