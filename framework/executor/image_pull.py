@@ -351,7 +351,7 @@ def _classify(message: str):
         return "not found", False
     if any(w in text for w in ("timeout", "timed out", "deadline exceeded")):
         return "timeout", True
-    return "unreachable or broken off", True
+    return "unreachable", True
 
 
 def _size(n: int) -> str:

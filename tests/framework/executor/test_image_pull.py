@@ -325,7 +325,9 @@ def test_a_registry_sigkilled_mid_pull_fails_the_task_and_a_restart_heals(
         link.release()
         record = wait_for(scheduler, "crash-pull", {"TASK_FAILED", "TASK_FINISHED"}, timeout=240)
         assert record.state == "TASK_FAILED", record
-        assert f"pulling {ref} on {HOSTNAME} failed: " in record.message
+        # the engine's own retries end (connection reset: nothing behind the port)
+        assert f"pulling {ref} on {HOSTNAME} failed: unreachable: " in record.message
+        assert "connection reset" in record.message or "refused" in record.message
         assert not has_image(docker_engine, ref)
         no_gpu_left_held(node)
         fragile.restart()
