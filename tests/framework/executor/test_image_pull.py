@@ -336,3 +336,70 @@ def test_a_registry_sigkilled_mid_pull_fails_the_task_and_a_restart_heals(
         again = wait_for(scheduler, "crash-pull-again", {"TASK_FAILED", "TASK_FINISHED"},
                          timeout=240)
         assert again.state == "TASK_FINISHED", again
+
+
+def test_a_pull_longer_than_its_timeout_fails_the_task_and_stops(
+        agent, node, docker_engine, registries, tmp_path):
+    """MESOS_GPU_PULL_TIMEOUT (the executor's --pull_timeout) bounds a pull: here one
+    held mid-transfer, which cannot finish whatever the machine's pace."""
+    fragile = registries.fragile
+    fragile.push_image("bar/slow", "1", files={"big.bin": os.urandom(BIG)})
+    config = SchedulerConfig(
+        master=agent.master, name="fw-pull-timeout", refuse_seconds=1,
+        retry=RetryPolicy(max_attempts=1), gpu_scheduling="unrestricted",
+        executor=ExecutorSettings(agent_socket=str(node.socket), docker_host=docker_engine.host,
+                                  extra_env={"MESOS_GPU_PULL_TIMEOUT": "3"}))
+    sched = GpuScheduler(config, StateStore(tmp_path / "state")).start()
+    try:
+        with HeldLink(fragile.port) as link:
+            ref = f"{link.address}/bar/slow:1"
+            link.hold(after=256 * 1024)
+            sched.submit(TaskSpec(id="slow-pull", container="DOCKER", image=ref, gpus=1,
+                                  cpus=0.1, mem=32, cmd="true"))
+            record = wait_for(sched, "slow-pull", {"TASK_FAILED", "TASK_FINISHED"}, timeout=120)
+            assert record.state == "TASK_FAILED"
+            assert f"pulling {ref} on {HOSTNAME} failed: timeout: it did not finish within 3 s " \
+                   f"(--pull_timeout)" in record.message
+            link.release()
+        assert not has_image(docker_engine, ref)
+    finally:
+        sched.stop(teardown=True)
+    no_gpu_left_held(node)
+
+
+@pytest.mark.parametrize("flag,env,expected", [
+    (None, {}, 1800.0), (None, {"MESOS_GPU_PULL_TIMEOUT": "90"}, 90.0),
+    (12.5, {"MESOS_GPU_PULL_TIMEOUT": "90"}, 12.5)])
+def test_pull_timeout_comes_from_the_flag_then_the_environment(flag, env, expected):
+    from framework.executor.cli import pull_timeout
+    assert pull_timeout(flag, env) == expected
+
+
+@pytest.mark.parametrize("flag,env,words", [
+    (0.0, {}, "--pull_timeout: 0.0 is not a positive number of seconds"),
+    (None, {"MESOS_GPU_PULL_TIMEOUT": "soon"}, "MESOS_GPU_PULL_TIMEOUT='soon' is not a number"),
+    (None, {"MESOS_GPU_PULL_TIMEOUT": "-1"}, "MESOS_GPU_PULL_TIMEOUT: -1.0 is not a positive")])
+def test_a_bad_pull_timeout_is_refused_by_name(flag, env, words):
+    from common.errors import UserError
+    from framework.executor.cli import pull_timeout
+    with pytest.raises(UserError, match=words.replace("(", r"\(")):
+        pull_timeout(flag, env)
+
+
+def test_the_executors_help_documents_the_pull_timeout():
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "mesos_gpu", "executor", "--help"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "--pull_timeout SECONDS" in out and "MESOS_GPU_PULL_TIMEOUT" in out
+
+
+def test_registry_auth_never_shows_its_secret():
+    from framework.executor.image_pull import RegistryAuth
+    from framework.tasks.container_options import PullCredential
+    auth = RegistryAuth("r.io", "config.json", "user", SECRET)
+    assert SECRET not in repr(auth) and SECRET not in repr(PullCredential("user", SECRET))
+    spec = TaskSpec(id="t", container="DOCKER", image="r.io/a:1",
+                    pull_credential={"principal": "user", "secret": SECRET})
+    assert SECRET not in repr(spec)
+    assert TaskSpec.from_json(spec.to_json()).pull_credential == spec.pull_credential
