@@ -1,0 +1,68 @@
+"""Marathon's container.docker.pullConfig: a secret whose file the operator keeps
+under --pull_config_dir; the API holds only its name and source, the task gets
+the one credential for its image's registry."""
+import base64
+import json
+
+import pytest
+
+from framework.marathon import app_model, task_builder
+from framework.marathon.security import DockerPolicy
+from framework.marathon.validation import Violations
+
+SECRET = "pull-secret-value"
+
+
+def app_with(image="127.0.0.1:5000/team/tf:1", source="team/config.json", **extra):
+    return {"id": "/a", "cmd": "true", "container": {
+        "type": "MESOS", "docker": {"image": image, "pullConfig": {"secret": "pullConfigSecret"}}},
+        "secrets": {"pullConfigSecret": {"source": source}}, **extra}
+
+
+def read(body, directory):
+    v = Violations()
+    app = app_model.read_app(body, v, DockerPolicy(pull_config_dir=directory))
+    return app, {path: errors for path, errors in v.details.items()}
+
+
+@pytest.fixture
+def directory(tmp_path):
+    (tmp_path / "team").mkdir()
+    auth = base64.b64encode(f"robot:{SECRET}".encode()).decode()
+    (tmp_path / "team" / "config.json").write_text(json.dumps(
+        {"auths": {"127.0.0.1:5000": {"auth": auth}}}))
+    (tmp_path / "team" / "helper.json").write_text(json.dumps(
+        {"credHelpers": {"127.0.0.1:5000": "ecr-login"}}))
+    return str(tmp_path)
+
+
+def test_a_pull_config_secret_gives_the_task_its_registrys_credential(directory):
+    app, errors = read(app_with(), directory)
+    assert not errors, errors
+    assert app["secrets"] == {"pullConfigSecret": {"source": "team/config.json"}}
+    assert app["container"]["docker"]["pullConfig"] == {"secret": "pullConfigSecret"}
+    assert SECRET not in json.dumps(app)                  # the API holds the reference only
+    versioned = dict(app, version="2026-01-01T00:00:00.000Z")
+    spec = task_builder.task_spec(versioned, "a.1", pull_config_dir=directory)
+    assert (spec.pull_credential.principal, spec.pull_credential.secret) == ("robot", SECRET)
+    other = task_builder.task_spec(dict(versioned, container={"type": "MESOS", "docker": dict(
+        app["container"]["docker"], image="127.0.0.1:6000/x:1")}), "a.2",
+        pull_config_dir=directory)
+    assert other.pull_credential is None                  # none for that registry: the agent's
+
+
+@pytest.mark.parametrize("body,dir_given,path,words", [
+    (app_with(), False, "/container/docker/pullConfig", "--pull_config_dir"),
+    (app_with(source="../../etc/shadow"), True, "/container/docker/pullConfig", "leads out of"),
+    (app_with(source="team/missing.json"), True, "/container/docker/pullConfig", "no such file"),
+    (app_with(source="team/helper.json"), True, "/container/docker/pullConfig",
+     "credential helper docker-credential-ecr-login, which is not supported"),
+    (app_with(env={"DB": {"secret": "pullConfigSecret"}}), True, "/env/DB", "secrets"),
+    (dict(app_with(), secrets={"pullConfigSecret": {"source": "team/config.json"},
+                               "other": {"source": "x"}}), True, "/secrets/other",
+     "only container.docker.pullConfig may use a secret"),
+])
+def test_a_pull_config_that_cannot_work_is_refused_by_name(directory, body, dir_given, path,
+                                                           words):
+    _, errors = read(body, directory if dir_given else None)
+    assert path in errors and any(words in e for e in errors[path]), errors
