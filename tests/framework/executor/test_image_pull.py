@@ -31,15 +31,16 @@ from tests.framework.e2e import sandbox_output, wait_for
 HOSTNAME = "gpu-pull"
 USER = "puller"
 SECRET = "bed-secret-" + secrets.token_hex(8)
+APP_SECRET = "app-secret-" + secrets.token_hex(8)   # the other registry's, given by an app
 BIG = 6 * 2**20                          # a layer that is still in flight when held
 
 
 @pytest.fixture(scope="module")
 def registries():
     with Registry(htpasswd={USER: SECRET}) as locked, \
-            Registry(htpasswd={"someone": "else"}) as other, Registry() as fragile:
+            Registry(htpasswd={"someone": APP_SECRET}) as other, Registry() as fragile:
         locked.push_auth = (USER, SECRET)
-        other.push_auth = ("someone", "else")
+        other.push_auth = ("someone", APP_SECRET)
         yield SimpleNamespace(locked=locked, other=other, fragile=fragile)
 
 
@@ -142,10 +143,11 @@ def no_gpu_left_held(node, timeout: float = 10) -> None:
 def secret_nowhere(agent, statuses) -> None:
     """The helper's secret in no status message and no file the agent and its
     executors wrote (logs, sandboxes)."""
-    assert not [s for s in statuses if SECRET in json.dumps(s)]
-    for path in Path(agent.run_dir).rglob("*"):
-        if path.is_file() and not path.is_symlink() and path.stat().st_size < 20 * 2**20:
-            assert SECRET.encode() not in path.read_bytes(), path
+    for secret in (SECRET, APP_SECRET):
+        assert not [s for s in statuses if secret in json.dumps(s)]
+        for path in Path(agent.run_dir).rglob("*"):
+            if path.is_file() and not path.is_symlink() and path.stat().st_size < 20 * 2**20:
+                assert secret.encode() not in path.read_bytes(), path
 
 
 @pytest.mark.parametrize("container", ["DOCKER", "MESOS"])
@@ -226,6 +228,23 @@ def test_a_registry_refusing_the_agents_credentials_fails_as_unauthorized(
                f"{other.address} asks for a user and password" in record.message
     assert not has_image(docker_engine, ref)
     no_gpu_left_held(node)
+
+
+def test_the_apps_own_credential_opens_a_registry_the_agents_config_does_not(
+        scheduler, agent, node, docker_engine, registries, statuses):
+    """TaskSpec.pull_credential (from an app's pullConfig secret) wins over the
+    agent's Docker config for its image, and is seen nowhere."""
+    other = registries.other
+    other.push_image("bar/app-credential", "1", files={"hello.txt": b"opened\n"})
+    ref = other.reference("bar/app-credential", "1")
+    scheduler.submit(TaskSpec(id="app-credential", container="DOCKER", image=ref, gpus=1,
+                              cpus=0.1, mem=32, cmd="cat /hello.txt",
+                              pull_credential={"principal": "someone", "secret": APP_SECRET}))
+    record = wait_for(scheduler, "app-credential", {"TASK_FINISHED", "TASK_FAILED"}, timeout=120)
+    assert record.state == "TASK_FINISHED", record
+    assert "opened" in sandbox_output(agent.run_dir, record.mesos_task_id)
+    no_gpu_left_held(node)
+    secret_nowhere(agent, statuses)
 
 
 def test_an_image_needing_a_newer_cuda_is_refused_before_any_layer_moves(
