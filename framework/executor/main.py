@@ -260,9 +260,10 @@ class TaskRun:
             client = docker_client(self.executor.docker_host, agent)
             if spec.variant:            # its registry client and index code: only then
                 from framework.executor import variant_check
-                variant_check.verify(spec, client, self.executor.agent, agent)  # pulls it too
-            else:
-                self._bring_image(spec, client)
+                variant_check.verify(spec, client, self.executor.agent, agent)
+            self._bring_image(spec, client)
+            if spec.variant:
+                variant_check.check_pinned(client, spec.image, spec.variant["digest"], agent)
             image = inspect(client, spec.image, agent)
             if image.cuda_version is not None or (image.needs_volume and spec.gpus > 0):
                 compat = self._image_compat(spec, client, image)
