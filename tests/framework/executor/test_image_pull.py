@@ -11,6 +11,7 @@ mid-pull, overlapping pulls of one image, the registry SIGKILLed mid-pull.
 import json
 import os
 import secrets
+import signal
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -422,3 +423,73 @@ def test_registry_auth_never_shows_its_secret():
                     pull_credential={"principal": "user", "secret": SECRET})
     assert SECRET not in repr(spec)
     assert TaskSpec.from_json(spec.to_json()).pull_credential == spec.pull_credential
+
+
+def executor_pid(mesos_task_id: str) -> int:
+    """The executor process of a task (found by the executor id Mesos gave it)."""
+    wanted = f"MESOS_EXECUTOR_ID=mesos-gpu.{mesos_task_id}".encode()
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if wanted in environ.read_bytes().split(b"\0") and \
+                    b"executor" in (environ.parent / "cmdline").read_bytes():
+                return int(environ.parent.name)
+        except OSError:
+            continue
+    raise AssertionError(f"no executor process for {mesos_task_id}")
+
+
+def test_an_executor_sigkilled_mid_pull_ends_its_task_and_the_engine_drops_the_pull(
+        scheduler, node, docker_engine, registries, statuses):
+    fragile = registries.fragile
+    pushed = fragile.push_image("bar/orphan", "1", files={"big.bin": os.urandom(BIG)})
+    manifest = json.loads(fragile._request("GET", f"/v2/bar/orphan/manifests/{pushed.digest}",
+                                           headers={"Accept": pushed.media_type})[2])
+    big = max(manifest["layers"], key=lambda layer: layer["size"])
+    with HeldLink(fragile.port) as link:
+        ref = f"{link.address}/bar/orphan:1"
+        link.hold(after=256 * 1024)
+        scheduler.submit(TaskSpec(id="orphan-pull", container="DOCKER", image=ref, gpus=1,
+                                  cpus=0.1, mem=32, cmd="true"))
+        wait_until(lambda: pulling_layers(statuses, "orphan-pull"), 120, "the pull in flight")
+        os.kill(executor_pid(scheduler.task("orphan-pull").mesos_task_id), signal.SIGKILL)
+        record = wait_for(scheduler, "orphan-pull", {"TASK_FAILED", "TASK_LOST", "TASK_FINISHED",
+                                                     "TASK_KILLED"}, timeout=60)
+        assert record.state in ("TASK_FAILED", "TASK_LOST"), record
+        link.release()                  # the engine reads on, finds nobody waiting, stops
+        wait_until(lambda: link.held_connections() == 0 and any(
+            r.uri.endswith(big["digest"]) for r in fragile.requests()), 60,
+            "the engine to drop the layer")
+    sent = [r.written for r in fragile.requests() if r.uri == f"/v2/bar/orphan/blobs/{big['digest']}"]
+    assert sent and max(sent) < big["size"], (sent, big["size"])
+    assert not has_image(docker_engine, ref)
+    no_gpu_left_held(node)
+
+
+def test_a_docker_engine_sigkilled_mid_pull_fails_the_task_naming_it(
+        agent, node, registries, tmp_path, statuses):
+    """An engine of its own (the session's stays up), killed while it pulls."""
+    from localcluster.docker_engine import DockerEngine
+    fragile = registries.fragile
+    fragile.push_image("bar/engine-dies", "1", files={"big.bin": os.urandom(BIG)})
+    with DockerEngine() as engine, HeldLink(fragile.port) as link:
+        config = SchedulerConfig(
+            master=agent.master, name="fw-engine-dies", refuse_seconds=1,
+            retry=RetryPolicy(max_attempts=1), gpu_scheduling="unrestricted",
+            executor=ExecutorSettings(agent_socket=str(node.socket), docker_host=engine.host))
+        sched = GpuScheduler(config, StateStore(tmp_path / "state")).start()
+        seen = []
+        sched.on_status(seen.append)
+        try:
+            ref = f"{link.address}/bar/engine-dies:1"
+            link.hold(after=256 * 1024)
+            sched.submit(TaskSpec(id="engine-dies", container="DOCKER", image=ref, cpus=0.1,
+                                  mem=32, cmd="true"))
+            wait_until(lambda: pulling_layers(seen, "engine-dies"), 120, "the pull in flight")
+            os.kill(engine.proc.pid, signal.SIGKILL)
+            record = wait_for(sched, "engine-dies", {"TASK_FAILED", "TASK_FINISHED"}, timeout=60)
+            assert record.state == "TASK_FAILED"
+            assert f"pulling {ref} on {HOSTNAME} failed: " in record.message
+            assert "the Docker engine's answer broke off" in record.message
+            link.release()
+        finally:
+            sched.stop(teardown=True)
