@@ -142,7 +142,7 @@ class Registry:
             return []
         out = []
         for line in self.log_file.read_text(errors="replace").splitlines():
-            if 'msg="response completed"' not in line:
+            if 'msg="response completed' not in line:        # "... with error" too
                 continue
             fields = {k: v[1:-1].replace('\\"', '"') if v.startswith('"') else v
                       for k, v in _LOG_FIELD.findall(line)}
