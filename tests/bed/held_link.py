@@ -16,6 +16,8 @@ import struct
 import threading
 from typing import List
 
+BUFFER = 64 * 1024
+
 
 class HeldLink:
     def __init__(self, upstream_port: int, upstream_host: str = "127.0.0.1") -> None:
@@ -79,10 +81,17 @@ class HeldLink:
             threading.Thread(target=self._serve, args=(client,), daemon=True).start()
 
     def _serve(self, client: socket.socket) -> None:
+        # small buffers on the link's side: what the server has sent is, give or take
+        # the client's own buffer, what the client has taken
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, BUFFER)
+        server = socket.socket()
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, BUFFER)
         try:
-            server = socket.create_connection(self.upstream, timeout=5)
+            server.settimeout(5)
+            server.connect(self.upstream)
             server.settimeout(None)
         except OSError:
+            server.close()
             client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             client.close()                  # reset: nothing listens behind the link
             return
