@@ -92,7 +92,7 @@ def resolve_auth(ref: image_ref.ImageRef, spec: TaskSpec,
                  config_path: Optional[str] = None) -> RegistryAuth:
     """The task's own credential when it has one, else the agent's Docker config's."""
     if spec.pull_credential is not None:
-        return RegistryAuth(ref.registry, "the app's container.docker.credential",
+        return RegistryAuth(ref.registry, "the app's pullConfig secret",
                             spec.pull_credential.principal, spec.pull_credential.secret)
     path = config_path or docker_config_path()
     if not os.path.exists(path):

@@ -124,9 +124,10 @@ def check_volumes(value: Any) -> Tuple[Volume, ...]:
 
 @dataclass(frozen=True)
 class PullCredential:
-    """The registry user and secret an app gave for its image
-    (`container.docker.credential`), used for that image's pull only. Its
-    secret is never written out but in TaskInfo.data and the state store."""
+    """The registry user and secret an app's image is pulled with (from its
+    `container.docker.pullConfig` secret, framework.images.pull_config), for that
+    image's pull only. Its secret is written out only in TaskInfo.data and the
+    framework's state store, never in a log line, a repr or the API."""
     principal: str
     secret: str
 
