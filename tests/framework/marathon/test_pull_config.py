@@ -66,3 +66,47 @@ def test_a_pull_config_that_cannot_work_is_refused_by_name(directory, body, dir_
                                                            words):
     _, errors = read(body, directory if dir_given else None)
     assert path in errors and any(words in e for e in errors[path]), errors
+
+
+def test_an_app_on_the_bed_pulls_its_image_with_its_pull_config_secret(
+        docker_engine, mesos_prefix, tmp_path):
+    """Through the API onto a real agent: the image is in a registry that asks for
+    a user the agent's own Docker config does not have; the app's pullConfig opens
+    it; neither the app, its tasks nor the agent's files show the secret."""
+    import secrets as random
+    from pathlib import Path
+    from localcluster.registry import Registry
+    from tests.framework.marathon.app_bed import bed
+    secret = "pull-config-" + random.token_hex(8)
+    with Registry(htpasswd={"robot": secret}) as registry:
+        registry.push_auth = ("robot", secret)
+        registry.push_image("team/app", "1", files={"hello.txt": b"pulled with pullConfig\n"})
+        directory = tmp_path / "pull-configs"
+        (directory / "team").mkdir(parents=True)
+        auth = base64.b64encode(f"robot:{secret}".encode()).decode()
+        (directory / "team" / "config.json").write_text(json.dumps(
+            {"auths": {registry.address: {"auth": auth}}}))
+        with bed(docker_engine, tmp_path / "state", "--pull_config_dir", str(directory)) as b:
+            b.create({"id": "/pulled", "cmd": "cat /hello.txt; sleep 100", "cpus": 0.1,
+                      "mem": 32, "container": {"type": "MESOS", "docker": {
+                          "image": registry.reference("team/app", "1"),
+                          "pullConfig": {"secret": "pc"}}},
+                      "secrets": {"pc": {"source": "team/config.json"}}})
+            task = b.running("/pulled")[0]
+            wait_until(lambda: "pulled with pullConfig" in
+                       (b.sandbox(task["id"]) / "stdout").read_text(errors="replace"), 30)
+            assert secret not in json.dumps(b.app("/pulled"))
+            assert secret not in json.dumps(b.api.get("/v2/tasks").json)
+            for path in Path(b.agent.run_dir).rglob("*"):
+                try:
+                    if path.is_file() and not path.is_symlink() and \
+                            path.stat().st_size < 20 * 2**20:
+                        assert secret.encode() not in path.read_bytes(), path
+                except FileNotFoundError:
+                    continue
+            b.delete("/pulled")
+
+
+def wait_until(condition, timeout):
+    from tests.bed.waiting import wait_until as wait
+    return wait(condition, timeout=timeout, interval=0.2)
