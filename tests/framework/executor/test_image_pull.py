@@ -389,6 +389,20 @@ def test_a_pull_longer_than_its_timeout_fails_the_task_and_stops(
                    f"(--pull_timeout)" in record.message
             link.release()
         assert not has_image(docker_engine, ref)
+        with Registry() as hung:                 # SIGSTOPped: its port open, no answer
+            hung.push_image("bar/hung", "1")
+            hung.pause()
+            try:
+                hung_ref = hung.reference("bar/hung", "1")
+                sched.submit(TaskSpec(id="hung-registry", container="DOCKER", image=hung_ref,
+                                      gpus=1, cpus=0.1, mem=32, cmd="true"))
+                record = wait_for(sched, "hung-registry", {"TASK_FAILED", "TASK_FINISHED"},
+                                  timeout=120)
+            finally:
+                hung.resume()
+        assert record.state == "TASK_FAILED"
+        assert f"image {hung_ref} cannot be pulled on {HOSTNAME}: timeout: registry " \
+               f"{hung.address} did not answer within 3 s" in record.message
     finally:
         sched.stop(teardown=True)
     no_gpu_left_held(node)
