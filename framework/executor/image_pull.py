@@ -168,13 +168,32 @@ class ImagePull:
         except UserError as e:
             raise TaskFailure(str(e)) from None
         auth = resolve_auth(ref, self.spec)
-        remote = self._read_registry(ref, auth)
+        remote = self._unless_cancelled(lambda: self._read_registry(ref, auth))
         if remote is not None:
             self._check_cuda(remote)
         if self.cancelled:
             raise TaskFailure(f"image {self.image}: not pulled: {self._why_stopped}")
         self._pull(ref, auth, remote)
         return remote
+
+    def _unless_cancelled(self, read: Callable[[], Any]) -> Any:
+        """`read()` on a thread of its own: a kill does not wait for a slow registry."""
+        answer: Dict[str, Any] = {}
+        done = threading.Event()
+
+        def call() -> None:
+            try:
+                answer["value"] = read()
+            except BaseException as e:      # handed to the caller below
+                answer["error"] = e
+            done.set()
+        threading.Thread(target=call, name="registry-read", daemon=True).start()
+        while not done.wait(0.1):
+            if self.cancelled:
+                raise TaskFailure(f"image {self.image}: not pulled: {self._why_stopped}")
+        if "error" in answer:
+            raise answer["error"]
+        return answer.get("value")
 
     def _read_registry(self, ref: image_ref.ImageRef,
                        auth: RegistryAuth) -> Optional[image_config.RemoteImage]:

@@ -514,3 +514,35 @@ def test_a_docker_engine_sigkilled_mid_pull_fails_the_task_naming_it(
             link.release()
         finally:
             sched.stop(teardown=True)
+
+
+def connections_to(port: int) -> int:
+    """Established TCP connections to 127.0.0.1:port (the kernel's table)."""
+    count = 0
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[2].endswith(f":{port:04X}") and fields[3] == "01":
+            count += 1
+    return count
+
+
+def test_a_task_killed_while_its_registry_hangs_is_killed_without_waiting_for_it(
+        scheduler, node):
+    with Registry() as hung:                     # SIGSTOPped: the kernel still accepts
+        hung.push_image("bar/hung-kill", "1")
+        hung.pause()
+        try:
+            ref = hung.reference("bar/hung-kill", "1")
+            scheduler.submit(TaskSpec(id="hung-kill", container="DOCKER", image=ref, gpus=1,
+                                      cpus=0.1, mem=32, cmd="true"))
+            wait_until(lambda: connections_to(hung.port) > 0, 120,
+                       "the executor asking the registry")
+            scheduler.kill("hung-kill")
+            record = wait_for(scheduler, "hung-kill", {"TASK_KILLED", "TASK_FAILED",
+                                                       "TASK_FINISHED"}, timeout=120)
+        finally:
+            hung.resume()
+    assert record.state == "TASK_KILLED", record
+    # it did not wait for the registry's answer (a timeout would say so)
+    assert f"image {ref}: not pulled: the task was killed" in record.message, record.message
+    no_gpu_left_held(node)
