@@ -207,6 +207,12 @@ class ImagePull:
         try:
             remote = image_config.read(registry, ref)
         except RegistryError as e:
+            if e.transient and ref.registry == image_ref.DOCKER_HUB:
+                # the engine may reach Docker Hub through its own registry-mirrors
+                log.warning("image %s: Docker Hub cannot be read from here (%s): the engine "
+                            "pulls it (through its mirrors, if it has any) and its CUDA label "
+                            "is checked after the pull", self.image, e)
+                return None
             raise TaskFailure(f"image {self.image} cannot be pulled on {self.agent_name}: "
                               f"{_kind(e)}: {e}", retry=e.transient) from None
         except UserError as e:
