@@ -34,7 +34,7 @@ fi
 
 PKGS="docker.io busybox-static libsvn1 libapr1 libcurl4 libsasl2-2 zlib1g libssl3 libssl-dev \
       g++ gcc curl python3-venv bc iproute2 debootstrap docker-registry apache2-utils openssl podman systemd \
-      chromium chromium-driver zookeeper"
+      chromium chromium-driver zookeeper prometheus"
 missing=$(for p in $PKGS; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || echo "$p"; done)
 if [ -n "$missing" ]; then
   step "apt packages: $(echo $missing)"
@@ -45,6 +45,11 @@ if [ -n "$missing" ]; then
   # listen on every interface (:5000) on a host booted with systemd.
   if echo "$missing" | grep -qw docker-registry && [ -d /run/systemd/system ]; then
     systemctl disable --now docker-registry.service >/dev/null 2>&1 || true
+  fi
+  # Prometheus is here for examples/monitoring's test (promtool, a server of the test's
+  # own on 127.0.0.1); the package's service would scrape and listen on :9090.
+  if echo "$missing" | grep -qw prometheus && [ -d /run/systemd/system ]; then
+    systemctl disable --now prometheus.service prometheus-node-exporter.service >/dev/null 2>&1 || true
   fi
   # Debian's `zookeeper` is jars and scripts only (its service is `zookeeperd`):
   # the tests start their own server on 127.0.0.1 (localcluster/zookeeper.py).

@@ -14,9 +14,21 @@ vfs storage), the daemon runs over a fake K80 with the bed's real NVIDIA 535
 files as its driver volume. Prints median and mean wall time per launch and
 the ratio (target: at most 1.10). Never asserts. Needs root.
 
-    .venv/bin/python bench/launch_overhead.py [--runs 15]
+Cold row: the same two paths for an image that is not on the agent and must
+come from a registry (localcluster/registry.py, the real Distribution registry
+on 127.0.0.1, a layer of --layer_mb random MB above the busybox base), removed
+from the engine before every launch:
+
+- plain: what `docker pull IMAGE && docker run --rm IMAGE true` asks the engine
+  (POST /images/create, then the plain run above);
+- ours: the executor's pull (framework/executor/image_pull.py: the registry's
+  manifest and config read, the CUDA check, the engine's pull followed for
+  progress), then our launch above.
+
+    .venv/bin/python bench/launch_overhead.py [--runs 15] [--cold_runs 5] [--layer_mb 20]
 """
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -25,11 +37,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from framework.executor.docker_container import DockerContainer, inspect  # noqa: E402
+from framework.executor.image_pull import ImagePull  # noqa: E402
 from framework.tasks.task_spec import TaskSpec  # noqa: E402
 from isolator.api import DOCKER  # noqa: E402
 from localcluster import fake_nvml  # noqa: E402
 from localcluster.docker_engine import DockerEngine  # noqa: E402
 from localcluster.gpu_node import GpuNode, layout_for_driver_files  # noqa: E402
+from localcluster.registry import Registry  # noqa: E402
 
 VOLUME_LABEL = {"com.nvidia.volumes.needed": "nvidia_driver"}
 
@@ -59,6 +73,32 @@ def our_run(client, docker_host: str, node: GpuNode, image: str, n: int) -> None
         node.client.cleanup(container_id)
 
 
+def plain_cold(client, image: str) -> None:
+    repository, _, tag = image.rpartition(":")
+    client.api.pull(repository, tag=tag)         # what `docker pull` asks the engine
+    plain_run(client, image)
+
+
+def our_cold(client, docker_host: str, node: GpuNode, image: str, n: int) -> None:
+    spec = TaskSpec(id=f"bench-cold-{n}", container="DOCKER", image=image, args=("true",),
+                    gpus=1, cpus=0, mem=0)
+    inventory = node.client.info().get("inventory") or {}
+    ImagePull(client, spec, "bench", 600, lambda message: None, lambda: inventory).run()
+    our_run(client, docker_host, node, image, n)
+
+
+def forget_if_there(client, image: str) -> None:
+    try:
+        forget(client, image)
+    except Exception:
+        pass
+
+
+def forget(client, image: str) -> None:
+    """The image and its own layers out of the engine (the busybox base stays)."""
+    client.api.remove_image(image, force=True)
+
+
 def timed(function, *args) -> float:
     start = time.perf_counter()
     function(*args)
@@ -68,6 +108,10 @@ def timed(function, *args) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=15, help="launches of each kind (default 15)")
+    parser.add_argument("--cold_runs", type=int, default=5,
+                        help="launches of each kind with the image pulled first (default 5)")
+    parser.add_argument("--layer_mb", type=float, default=20.0,
+                        help="size of the cold image's own layer in MB (default 20)")
     args = parser.parse_args()
     print("launch overhead bench: starting a private dockerd and the agent daemon ...", flush=True)
     with DockerEngine() as engine:
@@ -81,6 +125,24 @@ def main() -> int:
             for n in range(args.runs):
                 plain.append(timed(plain_run, client, image))
                 ours.append(timed(our_run, client, engine.host, node, image, n))
+            with Registry() as registry:
+                registry.push_image("bench/cold", "1", labels=VOLUME_LABEL, cmd=["true"],
+                                    files={"layer.bin": os.urandom(int(args.layer_mb * 1e6))})
+                cold_image = registry.reference("bench/cold", "1")
+                forget_if_there(client, cold_image)
+                plain_cold(client, cold_image)           # warm both cold paths once
+                forget(client, cold_image)
+                our_cold(client, engine.host, node, cold_image, -1)
+                forget(client, cold_image)
+                plain_cold_s, ours_cold_s = [], []
+                for n in range(args.cold_runs):          # which goes first alternates
+                    for kind in ((0, 1) if n % 2 == 0 else (1, 0)):
+                        if kind == 0:
+                            plain_cold_s.append(timed(plain_cold, client, cold_image))
+                        else:
+                            ours_cold_s.append(timed(our_cold, client, engine.host, node,
+                                                     cold_image, n))
+                        forget(client, cold_image)
     p_med, o_med = statistics.median(plain), statistics.median(ours)
     p_mean, o_mean = statistics.mean(plain), statistics.mean(ours)
     print(f"runs per kind: {args.runs} (interleaved), image {image}")
@@ -89,6 +151,13 @@ def main() -> int:
     print(f"{'ours (GPU, volume)':>26} {o_med * 1000:8.1f}ms {o_mean * 1000:8.1f}ms")
     print(f"{'ratio ours / plain':>26} {o_med / p_med:10.3f} {o_mean / p_mean:10.3f}"
           f"   (target <= 1.10)")
+    pc_med, oc_med = statistics.median(plain_cold_s), statistics.median(ours_cold_s)
+    pc_mean, oc_mean = statistics.mean(plain_cold_s), statistics.mean(ours_cold_s)
+    print(f"cold: image pulled first from a local registry ({args.layer_mb:g} MB layer), "
+          f"{args.cold_runs} runs per kind (interleaved, alternating first)")
+    print(f"{'plain docker pull + run':>26} {pc_med * 1000:8.1f}ms {pc_mean * 1000:8.1f}ms")
+    print(f"{'ours (pull, GPU, volume)':>26} {oc_med * 1000:8.1f}ms {oc_mean * 1000:8.1f}ms")
+    print(f"{'ratio cold ours / plain':>26} {oc_med / pc_med:10.3f} {oc_mean / pc_mean:10.3f}")
     return 0
 
 

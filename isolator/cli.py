@@ -10,7 +10,7 @@ from isolator.daemon import cdi_spec, flags, mesos_agent_flags, mig_resources
 from isolator.sharing import plan as share_plan
 from isolator.cgroups import cgroup_host
 from isolator.gpu_health import health_report
-from isolator.discovery import nvml, platform_features
+from isolator.discovery import nvml, platform_features, topology
 from isolator.discovery.gpu import MIG_ENABLED
 from volumes.cli import non_empty
 from common.errors import UserError
@@ -53,8 +53,10 @@ def register(sub) -> None:
                                    "driver and NVML versions, each GPU (index, minor, "
                                    "UUID, name, memory, PCI bus id, compute capability) "
                                    "with its health (the agent daemon's, from --work_dir; "
-                                   "with no daemon running, what NVML shows now), and "
-                                   "the host's cgroup mode. A host without NVIDIA "
+                                   "with no daemon running, what NVML shows now) and its "
+                                   "NVLink peers, the GPUs' interconnect (as `nvidia-smi "
+                                   "topo -m`, which the daemon's choice of GPUs goes by), "
+                                   "and the host's cgroup mode. A host without NVIDIA "
                                    "driver shows 0 GPUs and why.")
     flags.add_nvml_flag(p)
     p.add_argument("--work_dir", default=flags.DEFAULT_WORK_DIR, metavar="DIR",
@@ -206,6 +208,20 @@ def mig_lines(g, inv) -> List[str]:
     return out
 
 
+def topology_lines(topo: topology.Topology, minors: List[int]) -> List[str]:
+    """What `info` says of the interconnect: each GPU's NVLink peers and the matrix."""
+    if len(minors) < 2:
+        return []
+    if topo.unsupported:
+        return [f"Topology: unknown ({topo.unsupported}); GPUs are handed out first free"]
+    out = ["Topology (by minor; NV<n>: n NVLinks, else the PCIe path as nvidia-smi topo -m):"]
+    out += [f"  {row}" for row in topo.matrix(minors)]
+    out += [f"  NVLink peers of {m}: " + (", ".join(f"{p} (NV{n})" for p, n in
+                                                    topo.nvlink_peers(m).items()) or "none")
+            for m in minors]
+    return out
+
+
 def cmd_info(args) -> int:
     _quiet_unless_verbose(args)
     cpu = platform_features.read_cpu(args.cpuinfo)
@@ -214,8 +230,15 @@ def cmd_info(args) -> int:
                                           inv.gpus, cpu)
     cg = cgroup_host.detect()
     health = health_report.report(inv.gpus, args.work_dir, args.nvml_library)
+    topo = topology.from_nvml(inv.gpus, nvml.topology(args.nvml_library), log_it=False) \
+        if inv.gpus else topology.Topology({})
+    minors = [g.minor for g in inv.gpus]
     if args.json:
-        print(json.dumps({**inv.to_json(), "cgroups": cg.to_json(), "health": health,
+        gpus = [{**g, "nvlink_peers": [{"minor": m, "nvlinks": n} for m, n in
+                                       topo.nvlink_peers(g["minor"]).items()]}
+                for g in inv.to_json()["gpus"]]
+        print(json.dumps({**inv.to_json(), "gpus": gpus, "topology": topo.to_json(minors),
+                          "cgroups": cg.to_json(), "health": health,
                           "cpu": {"source": cpu.source, "vendor": cpu.vendor,
                                   "family": cpu.family, "model": cpu.model,
                                   "model_name": cpu.model_name, "x86_64_level": cpu.level,
@@ -241,6 +264,8 @@ def cmd_info(args) -> int:
                 print(f"      {line}")
         for index in unread:
             print(f"  [{index}] UNHEALTHY: NVML cannot read it (fallen off the bus?)")
+        for line in topology_lines(topo, minors):
+            print(line)
     where = ", ".join(f"{k} at {v}" for k, v in
                       (("v1 devices", cg.devices_v1), ("cgroup2", cg.unified)) if v)
     print(f"cgroups: {cg.mode}" + (f" ({where})" if where else ""))

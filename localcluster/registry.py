@@ -8,7 +8,9 @@
         registry.reference("cv/tf", "1.12")        # "127.0.0.1:PORT/cv/tf:1.12"
 
 It runs without its system service, from a config written here (nothing under
-/etc changes). `crash()` SIGKILLs it and `restart()` starts it again on the same
+/etc changes). `requests()` reads back what it answered from its log (each
+request's method, path, status and bytes sent): what a client fetched, and
+what it never asked for. `crash()` SIGKILLs it and `restart()` starts it again on the same
 port and storage. Authentication, as the registry does it: `htpasswd` users
 (HTTP basic, bcrypt hashes made by apache2-utils' `htpasswd`), or `token`: a
 token service's realm, service, issuer and signing certificate (the registry
@@ -26,6 +28,7 @@ import io
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -76,6 +79,19 @@ class TokenAuth:
 
 
 @dataclass(frozen=True)
+class Request:
+    """One request the registry answered, from its log ("response completed")."""
+    method: str
+    uri: str
+    status: int
+    written: int                 # bytes of the body it sent
+    user_agent: str
+
+
+_LOG_FIELD = re.compile(r'([a-z_.]+)=("(?:[^"\\]|\\.)*"|\S+)')
+
+
+@dataclass(frozen=True)
 class Pushed:
     """A manifest in the registry: what an index entry names."""
     repository: str
@@ -119,6 +135,29 @@ class Registry:
     @property
     def log_file(self) -> Path:
         return self.run_dir / "registry.log"
+
+    def requests(self) -> List[Request]:
+        """Every request it answered since it was started (restarts included), in order."""
+        if self.run_dir is None or not self.log_file.exists():
+            return []
+        out = []
+        for line in self.log_file.read_text(errors="replace").splitlines():
+            if 'msg="response completed' not in line:        # "... with error" too
+                continue
+            fields = {k: v[1:-1].replace('\\"', '"') if v.startswith('"') else v
+                      for k, v in _LOG_FIELD.findall(line)}
+            out.append(Request(fields.get("http.request.method", ""),
+                               fields.get("http.request.uri", ""),
+                               int(fields.get("http.response.status", 0)),
+                               int(fields.get("http.response.written", 0)),
+                               fields.get("http.request.useragent", "")))
+        return out
+
+    def blob_gets(self, repository: str) -> List[str]:
+        """The digests of the blobs of `repository` it served (GET, 200), in order."""
+        prefix = f"/v2/{repository}/blobs/"
+        return [r.uri[len(prefix):] for r in self.requests()
+                if r.method == "GET" and r.status == 200 and r.uri.startswith(prefix)]
 
     def reference(self, repository: str, tag_or_digest: str) -> str:
         sep = "@" if tag_or_digest.startswith("sha256:") else ":"

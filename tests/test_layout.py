@@ -111,9 +111,9 @@ def test_a_concern_importing_upwards_is_caught(tmp_path, monkeypatch):
     bad = tmp_path / "bad.py"
     bad.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
                    "    from isolator.containers import isolator\n"
-                   "from isolator.containers.isolator import AgentService\n")
+                   "from isolator.containers.isolator import GpuIsolator\n")
     assert [m for _, m in _runtime_imports(bad) if m.startswith("isolator")] == \
-        ["isolator.containers.isolator", "isolator.containers.isolator.AgentService"]
+        ["isolator.containers.isolator", "isolator.containers.isolator.GpuIsolator"]
 
 
 def test_pyflakes_finds_nothing():

@@ -109,8 +109,7 @@ def inspect_image(docker_client: Any, ref: str) -> ImageInfo:
     try:
         attrs = api.inspect_image(ref)
     except docker.errors.ImageNotFound:
-        raise UserError(f"image {ref}: not present in the local Docker engine "
-                        f"(pull or load it first; it is not pulled for you)") from None
+        raise UserError(f"image {ref}: not present in the local Docker engine") from None
     except docker.errors.APIError as e:
         raise UserError(f"image {ref}: the Docker engine refused to inspect it: "
                         f"{e.explanation or e}") from None

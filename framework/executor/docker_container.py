@@ -17,9 +17,9 @@ GPUs the agent daemon granted.
 - the label mesos-gpu.container-id, so the daemon can cross-check it on recovery;
 - its stdout and stderr copied into the sandbox's `stdout` and `stderr`.
 
-The image must already be in the engine unless the app asks for a pull
-(`forcePullImage`); an image that needs a newer CUDA than the driver is refused
-before anything is created.
+The image is brought into the engine before (framework.executor.image_pull);
+an image that needs a newer CUDA than the driver is refused before anything
+is created.
 """
 import logging
 import os
@@ -56,16 +56,6 @@ def docker_client(docker_host: Optional[str], agent: str) -> docker.DockerClient
     except docker.errors.DockerException as e:
         raise TaskFailure(f"agent {agent} cannot run this container type: no Docker engine "
                           f"answers at {docker_host or 'the default socket'} ({e})") from None
-
-
-def pull(client: docker.DockerClient, image: str, agent: str) -> None:
-    """forcePullImage: the image pulled again before the task runs."""
-    log.info("pulling %s (forcePullImage)", image)
-    try:
-        client.images.pull(image)
-    except docker.errors.DockerException as e:
-        raise TaskFailure(f"forcePullImage: pulling {image} on agent {agent} failed: "
-                          f"{getattr(e, 'explanation', None) or e}", retry=True) from None
 
 
 def inspect(client: docker.DockerClient, image: str, agent: str) -> image_rules.ImageInfo:

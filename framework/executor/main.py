@@ -4,7 +4,10 @@ For each task (its TaskSpec is in TaskInfo.data, see framework.tasks.taskinfo):
 
 1. TASK_STARTING;
 2. checks that cannot wait: the Docker engine is there (DOCKER, or MESOS with
-   an image), the image is in it, its CUDA label is not newer than the driver;
+   an image); the image is in it, else pulled (TASK_STARTING with the bytes
+   done, bounded by --pull_timeout, stopped by a kill; framework.executor.
+   image_pull), its CUDA label checked against the driver from the registry
+   before the pull and from the image's files after it;
 3. asks the agent daemon (MESOS_GPU_AGENT_SOCKET) to prepare the container
    with its GPUs (a task without GPUs on an agent without the daemon runs
    without it);
@@ -42,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
 
 from pymesos import Executor, MesosExecutorDriver
 
+from framework.executor.cli import pull_timeout
 from framework.executor.agent_driver import AgentPathExecutorDriver, agent_api_path, duration_env
 from framework.tasks import taskinfo
 from framework.executor.health import HealthChecker, HealthStatus
@@ -116,6 +120,7 @@ class TaskRun:
         self.unhealthy: Optional[HealthStatus] = None   # killed for failing its checks
         self.running_labels: Mapping[str, str] = {}
         self.usage: Optional[UsageReporter] = None
+        self.image_pull: Optional[Any] = None      # an ImagePull while the image is pulled
         self._lock = threading.Lock()
 
     # -- status updates -------------------------------------------------------------------
@@ -176,6 +181,8 @@ class TaskRun:
                 return Outcome("TASK_KILLED", "killed before it started")
             self.container.start()
         except TaskFailure as e:
+            if self.killed.is_set():
+                return Outcome("TASK_KILLED", f"killed before it started ({e})")
             return Outcome("TASK_FAILED", str(e), e.reason,
                            {taskinfo.RETRY_LABEL: "true" if e.retry else "false"})
         uuids = ",".join(grant.uuids if grant else ())
@@ -249,13 +256,14 @@ class TaskRun:
         agent = self.executor.agent_name
         client = image = compat = None
         if spec.container == DOCKER or spec.image:
-            from framework.executor.docker_container import docker_client, inspect, pull
+            from framework.executor.docker_container import docker_client, inspect
             client = docker_client(self.executor.docker_host, agent)
             if spec.variant:            # its registry client and index code: only then
                 from framework.executor import variant_check
-                variant_check.verify(spec, client, self.executor.agent, agent)  # pulls it too
-            if spec.force_pull and not spec.variant:
-                pull(client, spec.image, agent)
+                variant_check.verify(spec, client, self.executor.agent, agent)
+            self._bring_image(spec, client)
+            if spec.variant:
+                variant_check.check_pinned(client, spec.image, spec.variant["digest"], agent)
             image = inspect(client, spec.image, agent)
             if image.cuda_version is not None or (image.needs_volume and spec.gpus > 0):
                 compat = self._image_compat(spec, client, image)
@@ -281,6 +289,36 @@ class TaskRun:
             self._isolate(spec, created)
             log.info("task %s: container isolated", self.task_id)
         return grant
+
+    def _bring_image(self, spec: TaskSpec, client) -> None:
+        """The image in the engine: pulled when missing or forcePullImage, its CUDA
+        checked from the registry first (framework.executor.image_pull)."""
+        from framework.executor import image_pull
+        if not spec.force_pull and image_pull.present(client, spec.image):
+            return
+        pull = image_pull.ImagePull(client, spec, self.executor.agent_name,
+                                    self.executor.pull_timeout,
+                                    lambda message: self.send("TASK_STARTING", message),
+                                    self._driver_inventory)
+        with self._lock:
+            if self.killed.is_set():
+                raise TaskFailure(f"killed before its image {spec.image} was pulled")
+            self.image_pull = pull
+        try:
+            pull.run()
+        finally:
+            with self._lock:
+                self.image_pull = None
+
+    def _driver_inventory(self) -> Mapping[str, Any]:
+        """The agent daemon's inventory (driver and CUDA versions); {} without a daemon."""
+        try:
+            return self.executor.agent.info().get("inventory") or {}
+        except AgentError as e:
+            if e.status == 503 and not os.path.exists(self.executor.agent.socket_path):
+                return {}
+            raise TaskFailure(f"the image's CUDA version needs the driver's checked and the "
+                              f"agent daemon cannot say it: {e}", retry=True) from None
 
     def _image_compat(self, spec: TaskSpec, client, image) -> cuda_compat.Decision:
         """The compat rule for the image's own compat libcuda against the running
@@ -342,7 +380,9 @@ class TaskRun:
     def kill(self) -> None:
         self.killed.set()
         with self._lock:
-            container = self.container
+            container, pull = self.container, self.image_pull
+        if pull is not None:
+            pull.cancel()
         if container is not None:
             threading.Thread(target=container.kill, args=(self.grace,), daemon=True).start()
 
@@ -387,8 +427,10 @@ def gpu_fault_outcome(stopped: GpuFaultStop) -> Outcome:
 class GpuExecutor(Executor):
     """pymesos callbacks; one TaskRun per task."""
 
-    def __init__(self, agent_socket: str, docker_host: Optional[str], sandbox: str) -> None:
+    def __init__(self, agent_socket: str, docker_host: Optional[str], sandbox: str,
+                 pull_timeout: float = 1800.0) -> None:
         self.agent = AgentClient(agent_socket)
+        self.pull_timeout = pull_timeout
         self.docker_host = docker_host
         self.sandbox = sandbox
         self.agent_name = os.environ.get("MESOS_AGENT_ENDPOINT", "this agent")
@@ -509,7 +551,8 @@ def run(args: argparse.Namespace) -> int:
     agent_socket = args.agent_socket or os.environ.get(taskinfo.AGENT_SOCKET_ENV,
                                                        taskinfo.DEFAULT_AGENT_SOCKET)
     sandbox = os.environ.get("MESOS_SANDBOX") or os.environ.get("MESOS_DIRECTORY") or os.getcwd()
-    executor = GpuExecutor(agent_socket, os.environ.get("DOCKER_HOST"), sandbox)
+    executor = GpuExecutor(agent_socket, os.environ.get("DOCKER_HOST"), sandbox,
+                           pull_timeout(getattr(args, "pull_timeout", None)))
     path = agent_api_path()
     log.info("executor %s starting: agent %s (API %s), agent daemon %s, sandbox %s",
              os.environ.get("MESOS_EXECUTOR_ID"), os.environ["MESOS_AGENT_ENDPOINT"], path,

@@ -17,8 +17,9 @@ Before the container is made the executor:
 2. this node is: the driver, its CUDA version and the compute capabilities of
    the GPUs the agent daemon manages (its inventory; no daemon: no GPUs), the
    CPU from $MESOS_GPU_CPUINFO or /proc/cpuinfo;
-3. pulls the pinned digest into the Docker engine unless it is there, and
-   checks the engine holds the image by exactly that digest.
+3. has the pinned digest pulled as every image is (framework.executor.image_pull:
+   progress, --pull_timeout, stopped by a kill), then checks the engine holds
+   the image by exactly that digest (`check_pinned`).
 
 The entry's CUDA label is then checked against the driver by the image rules,
 as for every image (framework/executor/main.py). A registry that cannot be
@@ -92,21 +93,17 @@ def verify(spec: TaskSpec, client: docker.DockerClient, agent: Any, agent_name: 
                           + f"; the agent's {platform_features.ATTRIBUTE} attribute does not "
                             f"match this node ({' '.join(node.features()) or 'no features'}): "
                             f"print it again with `mesos-gpu agent flags`")
-    pull(client, spec.image, variant["digest"], agent_name)
     log.info("variant %s of %s checked on %s (%s)", variant["digest"][:19], variant["index"],
              agent_name, " ".join(node.features()) or "no features")
 
 
-def pull(client: docker.DockerClient, pinned: str, digest: str, agent_name: str) -> None:
-    """The pinned image in the engine, by that digest (pulled when missing)."""
+def check_pinned(client: docker.DockerClient, pinned: str, digest: str, agent_name: str) -> None:
+    """The engine holds the pinned image by exactly that digest (once pulled)."""
     try:
         image = client.images.get(pinned)
     except docker.errors.ImageNotFound:
-        try:
-            image = client.images.pull(pinned)
-        except docker.errors.DockerException as e:
-            raise TaskFailure(f"pulling {pinned} on {agent_name} failed: "
-                              f"{getattr(e, 'explanation', None) or e}", retry=True) from None
+        raise TaskFailure(f"the Docker engine on {agent_name} does not hold {pinned} after "
+                          f"pulling it", retry=True) from None
     except docker.errors.DockerException as e:
         raise TaskFailure(f"the Docker engine on {agent_name} could not say whether it has "
                           f"{pinned}: {e}", retry=True) from None

@@ -7,9 +7,11 @@ for that registry; `Bearer realm=...,service=...,scope=...` sends them (or
 nothing, for anonymous pulls) to the token service at `realm` and the request
 again with `Authorization: Bearer <token>` (tokens are kept until they expire).
 Credentials come from a Docker client config file (`config.json`: `auths` ->
-registry -> `auth` base64 "user:password", or `username` and `password`);
-credential helpers (`credsStore`, `credHelpers`) and identity tokens are not
-supported and are refused by name when a registry needs them.
+registry -> `auth` base64 "user:password", or `username` and `password`; a
+credential helper named by `credHelpers` or `credsStore`, run as
+`docker-credential-<name> get` and resolved exactly as the Docker SDK
+resolves them, helper first, then `auths`); identity tokens (OAuth2 refresh
+tokens) are not supported and are refused by name when a registry needs them.
 
 Registries on this host (127.0.0.0/8, ::1, localhost) are spoken to over http,
 every other over https (the system's CAs), as Docker does by default.
@@ -74,15 +76,40 @@ class Credentials:
     source: str = ""
     users: Mapping[str, Tuple[str, str]] = field(default_factory=dict)
     unsupported: Mapping[str, str] = field(default_factory=dict)   # host -> why not
+    # the config's credsStore / credHelpers, when it has any (resolved by the Docker SDK)
+    helpers: Optional[Mapping[str, object]] = field(default=None, compare=False)
 
     def for_registry(self, registry: str) -> Optional[Tuple[str, str]]:
         host = _host_key(registry)
+        if self.helpers:
+            found = self._from_helper(host)
+            if found is not None:
+                return found
         if host in self.users:
             return self.users[host]
         if host in self.unsupported:
             raise RegistryError(f"registry {registry}: its credentials in {self.source} "
                                 f"{self.unsupported[host]}; put user and password in "
                                 f"'auths' instead")
+        return None
+
+
+    def _from_helper(self, host: str) -> Optional[Tuple[str, str]]:
+        """What a credential helper gives for `host` (None: it has nothing for it)."""
+        import docker.auth            # the SDK's resolution: the helper, else `auths`
+        import docker.errors
+        try:
+            found = docker.auth.AuthConfig(dict(self.helpers)).resolve_authconfig(
+                None if host == DOCKER_HUB else host)
+        except docker.errors.DockerException as e:
+            raise RegistryError(f"registry {host}: its credential helper in {self.source} "
+                                f"failed: {e}", transient=True) from None
+        fields = {str(k).lower(): v for k, v in (found or {}).items()}
+        if fields.get("identitytoken"):
+            raise RegistryError(f"registry {host}: its credentials in {self.source} are an "
+                                f"identity token (OAuth2 refresh), which is not supported")
+        if fields.get("username") is not None and fields.get("password") is not None:
+            return str(fields["username"]), str(fields["password"])
         return None
 
 
@@ -131,16 +158,15 @@ def load_credentials(path: Optional[str], required: bool = False) -> Credentials
             users[host] = (str(entry["username"]), str(entry["password"]))
         elif entry.get("identitytoken"):
             unsupported[host] = "are an identity token (OAuth2 refresh), which is not supported"
-    for host, helper in (data.get("credHelpers") or {}).items():
-        unsupported.setdefault(_host_key(host), f"use the credential helper "
-                               f"docker-credential-{helper}, which is not supported")
-    if data.get("credsStore"):
-        for host in list(auths):
-            if _host_key(host) not in users:
-                unsupported.setdefault(_host_key(host), f"are in the credential store "
-                                       f"docker-credential-{data['credsStore']}, which is not "
-                                       f"supported")
-    return Credentials(path, users, unsupported)
+    helpers = None
+    if data.get("credHelpers") or data.get("credsStore"):
+        if not isinstance(data.get("credHelpers") or {}, dict) or \
+                not isinstance(data.get("credsStore") or "", str):
+            raise UserError(f"registry credentials {path}: 'credHelpers' must be an object "
+                            f"and 'credsStore' a name")
+        helpers = {"credHelpers": dict(data.get("credHelpers") or {}),
+                   "credsStore": data.get("credsStore") or None}
+    return Credentials(path, users, unsupported, helpers)
 
 
 # -- answers -----------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Optional
 from framework.tasks import constraints as constraint_rules
 from framework.tasks.container_options import reserved_parameter
 from framework.tasks.fetch_uri import extractable
+from framework.images import pull_config
 from framework.marathon import health_checks, ids, readiness_checks
 from framework.marathon.json_reader import Reader, child
 from framework.marathon.security import DockerPolicy, refusal
@@ -57,10 +58,9 @@ NOT_SUPPORTED_CONTAINER = {
                  "framework",
 }
 NOT_SUPPORTED_DOCKER = {
-    "credential": "container.docker.credential is not supported: images are pulled with the "
-                  "agent's Docker credentials",
-    "pullConfig": "container.docker.pullConfig is not supported: images are pulled with the "
-                  "agent's Docker credentials",
+    "credential": "container.docker.credential is not supported: it keeps a registry secret "
+                  "in the app definition, which the API shows; use container.docker.pullConfig "
+                  "(a secret in a file under the operator's --pull_config_dir)",
 }
 COMMAND_EXECUTORS = ("", "//cmd")
 PORT_PROTOCOLS = ("tcp", "udp", "udp,tcp")
@@ -87,12 +87,54 @@ def read_app(raw: Any, v: Violations, policy: DockerPolicy, app_id: Optional[str
     app["container"] = r.optional(body, "container", "/", lambda c, p: _read_container(r, c, p))
     _read_networking(r, body, app)
     _read_checks(r, body, app)
+    secrets = r.optional(body, "secrets", "/", lambda x, p: _read_secrets(r, x, p))
+    if secrets:
+        app["secrets"] = secrets
     for name, reason in NOT_SUPPORTED.items():
+        if name == "secrets":
+            continue            # only as a pullConfig's: _check_pull_config
         value = body.get(name)
         if value not in (None, [], {}, False):
             v.rule(f"/{name}", reason)
     _check_rules(app, v, policy)      # on what could be read: every problem in one answer
     return None if v else app
+
+
+def _read_secrets(r: Reader, value: Any, path: str) -> Optional[dict]:
+    """Marathon's `secrets`: name -> {"source": ...} (only a pullConfig may use one)."""
+    table = r.obj(value, path)
+    if table is None:
+        return None
+    out = {}
+    for name, item in table.items():
+        entry = r.obj(item, child(path, name))
+        source = r.string(entry.get("source"), child(child(path, name), "source")) \
+            if entry is not None else None
+        if source is not None:
+            out[name] = {"source": source}
+    return out
+
+
+def _check_pull_config(app: dict, v: Violations, policy: DockerPolicy) -> None:
+    """A pullConfig names a defined secret whose file holds usable credentials; a
+    secret nothing else can use (environment and volume secrets) is refused."""
+    secrets = app.get("secrets") or {}
+    docker = (app.get("container") or {}).get("docker") or {}
+    used = (docker.get("pullConfig") or {}).get("secret")
+    if used is not None:
+        if used not in secrets:
+            v.rule("/container/docker/pullConfig/secret",
+                   f"references an undefined secret {used!r}")
+        elif docker.get("image"):
+            try:
+                pull_config.credential(policy.pull_config_dir, secrets[used]["source"],
+                                       docker["image"])
+            except UserError as e:
+                v.rule("/container/docker/pullConfig", str(e))
+    for name in secrets:
+        if name != used:
+            v.rule(f"/secrets/{name}", "only container.docker.pullConfig may use a secret "
+                                       "here: environment and volume secrets are not supported")
 
 
 def _read_checks(r: Reader, body: dict, app: dict) -> None:
@@ -291,6 +333,11 @@ def _read_docker(r: Reader, value: Any, path: str) -> Optional[dict]:
         "parameters": r.optional(table, "parameters", path,
                                  lambda x, p: r.array(x, p, lambda kv, q: _read_parameter(r, kv, q)), []),
     }
+    pull = r.optional(table, "pullConfig", path, r.obj)
+    if pull is not None:
+        secret = r.string(pull.get("secret"), child(child(path, "pullConfig"), "secret"))
+        if secret is not None:
+            docker["pullConfig"] = {"secret": secret}
     network = r.optional(table, "network", path, lambda x, p: r.enum(x, p, tuple(DOCKER_NETWORKS)))
     if network is not None:
         docker["network"] = network
@@ -422,6 +469,7 @@ def _check_rules(app: dict, v: Violations, policy: DockerPolicy) -> None:
         v.rule("/", CMD_ARGS_OR_CONTAINER)
     if container is not None:
         _check_container(container, v, policy)
+    _check_pull_config(app, v, policy)
     for i, raw in enumerate(app.get("constraints") or ()):
         where = f"constraints({i})"
         try:

@@ -35,9 +35,11 @@ KILL_RETRY_SECONDS = 15.0
 class Reconciler:
     def __init__(self, registry: Registry, scheduler: Any,
                  leading: Callable[[], bool] = lambda: True,
-                 default_user: Optional[str] = None) -> None:
+                 default_user: Optional[str] = None,
+                 pull_config_dir: Optional[str] = None) -> None:
         self.registry = registry
         self.default_user = default_user    # --mesos_user: tasks without an image
+        self.pull_config_dir = pull_config_dir    # --pull_config_dir: pullConfig secrets
         self.scheduler = scheduler
         self.leading = leading          # only the leading instance launches and kills
         self._updates: "queue.Queue[TaskRecord]" = queue.Queue()
@@ -278,7 +280,7 @@ class Reconciler:
         r = self.registry
         task_id = task_builder.new_task_id(app["id"])
         try:
-            spec = task_builder.task_spec(app, task_id, self.default_user)
+            spec = task_builder.task_spec(app, task_id, self.default_user, self.pull_config_dir)
         except UserError as e:
             log.error("app %s cannot be launched: %s", app["id"], e)
             r.last_failure[app["id"]] = {

@@ -66,6 +66,8 @@ def grants_host_access(key: str, value: str) -> bool:
 class DockerPolicy:
     """The operator's exceptions (parameter names, as in `--allow_docker_parameters`)."""
     allowed: FrozenSet[str] = field(default_factory=frozenset)
+    # --pull_config_dir: where the files of apps' pullConfig secrets are (None: refused)
+    pull_config_dir: Optional[str] = None
 
     @classmethod
     def from_names(cls, names: Optional[Iterable[str]]) -> "DockerPolicy":

@@ -12,6 +12,7 @@ the API by forwarding to it and take over (as the same framework) when it
 goes (framework.marathon.high_availability).
 """
 import argparse
+import dataclasses
 import logging
 import os
 import pwd
@@ -97,6 +98,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="Docker options apps may use although they grant host access "
                         "(e.g. cap-add,device); 'privileged' also admits docker.privileged, "
                         "'volume' also admits host volumes. Default: none")
+    p.add_argument("--pull_config_dir", metavar="DIR",
+                   help="the directory of the Docker config files apps name as their "
+                        "container.docker.pullConfig secret's source (registry credentials "
+                        "kept by the operator, never in the API). Default: pullConfig refused")
     p.add_argument("--max_body_bytes", type=int, default=DEFAULT_MAX_BODY_BYTES, metavar="N",
                    help=f"largest request body accepted (default {DEFAULT_MAX_BODY_BYTES}; "
                         "larger: 413)")
@@ -203,7 +208,8 @@ class FrameworkService:
                                 "--http_open)")
         elif args.state_dir is None:
             args.state_dir = DEFAULT_STATE_DIR
-        self.policy = DockerPolicy.from_names(args.allow_docker_parameters)
+        self.policy = dataclasses.replace(DockerPolicy.from_names(args.allow_docker_parameters),
+                                          pull_config_dir=args.pull_config_dir)
         self._factory = scheduler_factory or default_scheduler_factory
         self.ha: Optional[HighAvailability] = None
         self.relay: Optional[EventRelay] = None
@@ -296,7 +302,8 @@ class FrameworkService:
             scheduler_metrics.count_health_check(self.metrics, healthy)))
         self.readiness = ReadinessMonitor(self.registry)
         self.reconciler = Reconciler(self.registry, self.scheduler, self.leadership.is_leader,
-                                     default_user=self.args.mesos_user)
+                                     default_user=self.args.mesos_user,
+                                     pull_config_dir=self.args.pull_config_dir)
         self.api = MarathonApi(ApiContext.build(self.registry, self.policy, self.info,
                                                 self.leadership, self.metrics))
         self.api.context.gpu_health = getattr(self.scheduler, "gpu_health", None)

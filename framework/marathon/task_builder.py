@@ -14,6 +14,7 @@ import uuid
 from typing import Dict, Optional, Tuple
 
 from framework.tasks.fetch_uri import FetchUri
+from framework.images import pull_config
 from framework.marathon import health_checks, ids
 from framework.tasks.ports import PortRequest
 from framework.tasks.task_spec import BRIDGE, DOCKER, HOST, MESOS, TaskSpec, Volume
@@ -70,7 +71,18 @@ def network_of(app: dict) -> str:
     return BRIDGE if "container/bridge" in modes else HOST
 
 
-def task_spec(app: dict, task_id: str, default_user: Optional[str] = None) -> TaskSpec:
+def _pull_credential(app: dict, docker: dict, pull_config_dir: Optional[str]):
+    """The credential of the app's pullConfig secret for its image (read now: the
+    operator may have changed the file since the app was stored)."""
+    secret = (docker.get("pullConfig") or {}).get("secret")
+    if secret is None or not docker.get("image"):
+        return None
+    source = ((app.get("secrets") or {}).get(secret) or {}).get("source", "")
+    return pull_config.credential(pull_config_dir, source, docker["image"])
+
+
+def task_spec(app: dict, task_id: str, default_user: Optional[str] = None,
+              pull_config_dir: Optional[str] = None) -> TaskSpec:
     """The TaskSpec for one instance of `app` (canonical form, with its version).
     `default_user` (--mesos_user) runs a task without an image whose app names no
     user: such a task is on the host's own file system, where root reads all; a
@@ -106,5 +118,6 @@ def task_spec(app: dict, task_id: str, default_user: Optional[str] = None) -> Ta
         privileged=bool(docker.get("privileged")) and kind == DOCKER,
         user=app.get("user") or (None if docker.get("image") else default_user),
         force_pull=bool(docker.get("forcePullImage")),
+        pull_credential=_pull_credential(app, docker, pull_config_dir),
         kill_grace=float(grace) if grace is not None else None,
     )

@@ -120,3 +120,29 @@ def check_volumes(value: Any) -> Tuple[Volume, ...]:
     if value is None:
         return ()
     return tuple(Volume.from_json(item) for item in value)
+
+
+@dataclass(frozen=True)
+class PullCredential:
+    """The registry user and secret an app's image is pulled with (from its
+    `container.docker.pullConfig` secret, framework.images.pull_config), for that
+    image's pull only. Its secret is written out only in TaskInfo.data and the
+    framework's state store, never in a log line, a repr or the API."""
+    principal: str
+    secret: str
+
+    def __repr__(self) -> str:         # a log line or a traceback never shows the secret
+        return f"PullCredential({self.principal!r}, secret hidden)"
+
+    def to_json(self) -> dict:
+        return {"principal": self.principal, "secret": self.secret}
+
+    @classmethod
+    def from_json(cls, value: Any) -> Optional["PullCredential"]:
+        if value is None or isinstance(value, PullCredential):
+            return value
+        if not isinstance(value, Mapping) or not isinstance(value.get("principal"), str) \
+                or not value.get("principal") or not isinstance(value.get("secret"), str):
+            raise ContainerOptionError("pull_credential: must be {\"principal\": user, "
+                                       "\"secret\": password}, both strings")
+        return cls(value["principal"], value["secret"])

@@ -13,7 +13,7 @@ from typing import Any, Mapping, Optional
 from framework.tasks import constraints as constraint_rules
 from framework.tasks import container_options, fetch_uri, ports as port_rules
 from framework.tasks.constraints import Constraint
-from framework.tasks.container_options import BRIDGE, HOST, Volume  # noqa: F401
+from framework.tasks.container_options import BRIDGE, HOST, PullCredential, Volume  # noqa: F401
 from framework.tasks.fetch_uri import FetchUri
 from framework.tasks.health_check import HealthCheck
 from framework.tasks.ports import PortRequest
@@ -51,8 +51,8 @@ class TaskSpec:
     scheduler gave it at launch), `network` (HOST, or BRIDGE for DOCKER), the
     URIs the Mesos fetcher puts in its sandbox (`fetch`), the health check its
     executor runs (`health_check`), and the container options (`volumes`,
-    `docker_parameters`, `privileged`, `user`, `force_pull`, `kill_grace`:
-    seconds between SIGTERM and SIGKILL) are applied by the executor.
+    `docker_parameters`, `privileged`, `user`, `force_pull`, `pull_credential`,
+    `kill_grace`: seconds between SIGTERM and SIGKILL) are applied by the executor.
     """
     id: str
     app_id: str = ""
@@ -81,6 +81,8 @@ class TaskSpec:
     privileged: bool = False
     user: Optional[str] = None
     force_pull: bool = False
+    # the registry credential the app gave for its image (when the operator allows it)
+    pull_credential: Optional[PullCredential] = None
     kill_grace: Optional[float] = None
     shared_gpu: Optional[int] = None
     share_slots: int = 0
@@ -119,6 +121,7 @@ class TaskSpec:
         self._set("volumes", container_options.check_volumes(self.volumes))
         self._set("docker_parameters", container_options.check_parameters(self.docker_parameters))
         self._set("user", container_options.check_user(self.user))
+        self._set("pull_credential", PullCredential.from_json(self.pull_credential))
         for name in ("privileged", "force_pull"):
             if not isinstance(getattr(self, name), bool):
                 raise TaskSpecError(f"{name}: must be true or false, got {getattr(self, name)!r}")
@@ -196,6 +199,7 @@ class TaskSpec:
         data["host_ports"] = list(self.host_ports)
         data["docker_parameters"] = [list(p) for p in self.docker_parameters]
         data["health_check"] = self.health_check.to_json() if self.health_check else None
+        data["pull_credential"] = self.pull_credential.to_json() if self.pull_credential else None
         for name, default in _PLAIN_DEFAULTS.items():
             if data[name] == default:
                 del data[name]
@@ -216,7 +220,7 @@ class TaskSpec:
 _COMPOUND = ("ports", "fetch", "volumes")
 _PLAIN_DEFAULTS = {"host_ports": [], "network": HOST, "health_check": None,
                    "docker_parameters": [], "privileged": False, "user": None,
-                   "force_pull": False, "kill_grace": None, "shared_gpu": None,
+                   "force_pull": False, "pull_credential": None, "kill_grace": None, "shared_gpu": None,
                    "share_slots": 0, "mig_profile": ""}
 
 

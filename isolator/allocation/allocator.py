@@ -3,13 +3,17 @@ isolator/discovery/mig.py), handed out and taken back.
 
 Like Mesos's allocator it holds the managed GPUs as available and allocated
 sets and refuses fractional or negative counts. Unlike Mesos (which takes the
-first N), a request for several GPUs gets the set with the best interconnect
-(see topology.py); among equally good sets it takes the one that cuts the
-fewest good links to the GPUs left free, so a later multi-GPU request still
-finds a good set. A request names a MIG profile ("1g.18gb") or none: it gets
-MIG devices of that profile, or whole GPUs, never a mix. Which container holds
-what is the ledger's business.
+first N), a request for several GPUs gets the best connected set (see
+topology.py): every pair on NVLink first, then the set whose worst pair is
+nearest on PCIe (one switch before several, before the CPU), then the most
+bandwidth; among equally good sets it takes the one that cuts the fewest good
+links to the GPUs left free, so a later multi-GPU request still finds a good
+set; then the lowest minors (deterministic). With no topology (NVML without it)
+that is the first free GPUs, as Mesos. A request names a MIG profile
+("1g.18gb") or none: it gets MIG devices of that profile, or whole GPUs, never
+a mix. Which container holds what is the ledger's business.
 """
+import logging
 from itertools import combinations
 from math import comb
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
@@ -17,7 +21,9 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 from isolator.api import check_gpu_count as check_count
 from isolator.errors import BadRequest, Conflict
 from isolator.discovery.gpu import Gpu
-from isolator.discovery.topology import Topology
+from isolator.discovery.topology import NVLINK_LEVEL, Topology, level_name
+
+log = logging.getLogger("mesos-gpu.allocator")
 
 EXHAUSTIVE_LIMIT = 20_000      # candidate sets tried one by one; beyond, grow greedily
 
@@ -56,7 +62,25 @@ class Allocator:
                                           if sick else ""))
         chosen = self._best(sorted(pool), count, tuple(held), pool)
         self.available -= set(chosen)
+        if count + len(held) > 1:
+            self._log_choice(chosen, tuple(held), sorted(pool))
         return [self.gpus[m] for m in chosen]
+
+    def _log_choice(self, chosen: List[int], held: Tuple[int, ...], pool: List[int]) -> None:
+        if not log.isEnabledFor(logging.INFO):
+            return
+        first = pool[:len(chosen)]
+        if self.topology.unsupported:
+            why = "first free (no topology)"
+        else:
+            level = self.topology.set_level(chosen + list(held))
+            why = ("every pair on NVLink" if level == NVLINK_LEVEL else
+                   f"worst pair {level_name(level)}")
+            if first != chosen:
+                why += (f"; first free {first} would be "
+                        f"{level_name(self.topology.set_level(first + list(held)))} at worst")
+        log.info("GPUs %s chosen of %d free%s: %s", chosen, len(pool),
+                 f" beside the held {list(held)}" if held else "", why)
 
     def claim(self, minors: Iterable[int]) -> None:
         """Mark these specific GPUs allocated (recovery, or an explicit request)."""
@@ -79,19 +103,23 @@ class Allocator:
 
     def keep(self, held: Sequence[int], count: int) -> List[int]:
         """Which `count` of the held GPUs (in the order they were granted) to keep
-        when a container shrinks: the best-linked set, else the earliest granted."""
+        when a container shrinks: the best connected set (as allocate ranks them),
+        else the earliest granted."""
         if count >= len(held):
             return list(held)
         if comb(len(held), count) > EXHAUSTIVE_LIMIT:
             return list(held[:count])
         best = min(combinations(range(len(held)), count),
-                   key=lambda pos: (-self.topology.set_score(held[p] for p in pos), pos))
+                   key=lambda pos: (self.topology.set_level(held[p] for p in pos),
+                                    -self.topology.set_score(held[p] for p in pos), pos))
         return [held[p] for p in best]
 
     def _best(self, candidates: List[int], count: int, held: Tuple[int, ...],
               pool: Set[int]) -> List[int]:
         if count == 0:
             return []
+        if not self.topology.known:             # every set alike: the first free, no search
+            return candidates[:count]
         if comb(len(candidates), count) <= EXHAUSTIVE_LIMIT:
             sets: Iterable[Tuple[int, ...]] = combinations(candidates, count)
         else:
@@ -99,11 +127,13 @@ class Allocator:
         return list(min(sets, key=lambda s: self._rank(s, held, pool)))
 
     def _rank(self, chosen: Tuple[int, ...], held: Tuple[int, ...], pool: Set[int]):
-        """Smaller is better: best links inside, fewest good links cut, low minors."""
+        """Smaller is better: the nearest worst pair (NVLink first), the best links
+        inside, the fewest good links cut, the lowest minors."""
+        level = self.topology.set_level(chosen + held)
         inside = self.topology.set_score(chosen + held)
         rest = pool - set(chosen)
         cut = sum(self.topology.score(a, b) for a in chosen for b in rest)
-        return (-inside, cut, chosen)
+        return (level, -inside, cut, chosen)
 
     def _greedy_sets(self, candidates: List[int], count: int,
                      held: Tuple[int, ...]) -> Iterable[Tuple[int, ...]]:

@@ -18,6 +18,7 @@ import pynvml
 from isolator.discovery import mig
 from isolator.discovery.gpu import MIG_ENABLED, Gpu, Inventory
 from isolator.discovery.nvidia_caps import NvidiaCaps
+from isolator.discovery.topology import NvmlLinks
 from common.errors import UserError
 
 log = logging.getLogger("mesos-gpu.nvml")
@@ -220,30 +221,59 @@ def discover(library: Optional[str] = None, known: Iterable[Gpu] = (),
 
 # --- topology (queried at start; the allocator uses it) ---
 
-def _nvlink_peers(handle, bus_to_index: Dict[str, int]) -> Dict[int, int]:
-    """NVML index of each GPU at the far end of an active NVLink -> link count."""
+def _nvlinks(handle, bus_to_index: Dict[str, int]) -> Tuple[Dict[int, int], int]:
+    """(NVML index of each GPU at the far end of an active NVLink -> link count,
+    active links to NVSwitches). The far end's type says a switch; without that
+    call (older drivers) a far end whose bus id is no GPU's is taken for one."""
     peers: Dict[int, int] = {}
+    switched = 0
     for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
         try:
             if pynvml.nvmlDeviceGetNvLinkState(handle, link) != pynvml.NVML_FEATURE_ENABLED:
                 continue
-            remote = _text(pynvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId)
         except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_InvalidArgument):
             break                      # no NVLink on this GPU, or past its last link
+        except pynvml.NVMLError:
+            continue
+        try:
+            kind = pynvml.nvmlDeviceGetNvLinkRemoteDeviceType(handle, link)
+        except pynvml.NVMLError:
+            kind = None
+        if kind == pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH:
+            switched += 1
+            continue
+        try:
+            remote = _text(pynvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId)
         except pynvml.NVMLError:
             continue
         peer = bus_to_index.get(remote.upper())
         if peer is not None:
             peers[peer] = peers.get(peer, 0) + 1
-    return peers
+        elif kind is None:
+            switched += 1
+    return peers, switched
 
 
-def topology(library: Optional[str] = None) -> Dict[str, Dict]:
-    """How each pair of GPUs is connected, keyed by NVML index:
-    {"ancestor": {(i, j): nvmlGpuTopologyLevel}, "nvlinks": {(i, j): count}}
-    with i < j. A pair NVML cannot answer for is left out (treated as far apart)."""
+def _through_switches(a, b) -> bool:
+    """Whether two GPUs with links to NVSwitches reach each other over them (one
+    fabric on an HGX board; NVML's P2P status says so)."""
+    try:
+        return pynvml.nvmlDeviceGetP2PStatus(a, b, pynvml.NVML_P2P_CAPS_INDEX_NVLINK) \
+            == pynvml.NVML_P2P_STATUS_OK
+    except pynvml.NVMLError:
+        return True                    # no answer: GPUs on switches share the fabric
+
+
+def topology(library: Optional[str] = None) -> NvmlLinks:
+    """How each pair of GPUs is connected, keyed by NVML index (i < j): their PCIe
+    common ancestor and their NVLinks (direct ones counted per link; two GPUs on
+    NVSwitches count the fewer of their switch links, as nvidia-smi's NV18). A pair
+    NVML cannot answer for is left out (treated as far apart); an NVML that answers
+    no pair (NOT_SUPPORTED, or failing) and no NVLink has no topology (`unsupported`
+    says why)."""
     ancestor: Dict[Tuple[int, int], int] = {}
     nvlinks: Dict[Tuple[int, int], int] = {}
+    unsupported = ""
     try:
         with session(library):
             count = pynvml.nvmlDeviceGetCount()
@@ -255,16 +285,28 @@ def topology(library: Optional[str] = None) -> Dict[str, Dict]:
                     log.warning("no topology for the GPU at NVML index %d: %s", i, e)
             buses = {_text(pynvml.nvmlDeviceGetPciInfo(h).busId).upper(): i
                      for i, h in handles.items()}
+            refused = ""
             for i in handles:
                 for j in (j for j in handles if j > i):
                     try:
                         ancestor[(i, j)] = int(pynvml.nvmlDeviceGetTopologyCommonAncestor(
                             handles[i], handles[j]))
-                    except pynvml.NVMLError:
-                        pass
-                for j, n in _nvlink_peers(handles[i], buses).items():
+                    except pynvml.NVMLError_NotSupported:
+                        refused = "NOT_SUPPORTED"
+                    except pynvml.NVMLError as e:
+                        refused = refused or str(e)
+            switched = {}
+            for i in handles:
+                peers, switched[i] = _nvlinks(handles[i], buses)
+                for j, n in peers.items():
                     if j > i:
                         nvlinks[(i, j)] = n
+            for i, j in ((i, j) for i in handles for j in handles if i < j):
+                if switched[i] and switched[j] and _through_switches(handles[i], handles[j]):
+                    nvlinks[(i, j)] = nvlinks.get((i, j), 0) + min(switched[i], switched[j])
+            if refused and not ancestor and not nvlinks:
+                unsupported = (f"NVML answers {refused} to "
+                               "nvmlDeviceGetTopologyCommonAncestor and has no NVLink")
     except NvmlUnavailable as e:
         log.info("no topology: %s", e)
-    return {"ancestor": ancestor, "nvlinks": nvlinks}
+    return NvmlLinks(ancestor, nvlinks, unsupported)

@@ -24,6 +24,7 @@ LIBRARY = OUT / "lib" / "libnvidia-ml.so.1"
 INTERNAL, SINGLE, MULTIPLE, HOSTBRIDGE, NODE, SYSTEM = 0, 10, 20, 30, 40, 50
 DRIVER_NOT_LOADED = 9          # nvmlReturn_t NVML_ERROR_DRIVER_NOT_LOADED
 MAX_GPUS = 64                  # fake_nvml.c MAXGPU
+MAX_NVLINKS = 36               # nvml.h NVML_NVLINK_MAX_LINKS: links per GPU
 
 
 def nvml_include_dir() -> Path:
@@ -127,6 +128,8 @@ class Layout:
     topology: Dict[Tuple[int, int], int] = field(default_factory=dict)
     boards: Dict[int, int] = field(default_factory=dict)
     nvlinks: Dict[Tuple[int, int], int] = field(default_factory=dict)
+    nvswitch: Dict[int, int] = field(default_factory=dict)    # NVML index -> links to NVSwitches
+    topology_supported: bool = True     # False: NVML's topology calls answer NOT_SUPPORTED
     utilization: Dict[int, Tuple[int, int]] = field(default_factory=dict)
     processes: Dict[int, List[Tuple[int, int]]] = field(default_factory=dict)
     driver_loaded: bool = True
@@ -159,7 +162,15 @@ class Layout:
                                         "disabled")
             if len({(d.gi, d.ci) for d in m.devices}) != len(m.devices):
                 raise LocalClusterError(f"layout {self.name}: GPU {i}: duplicate (gi, ci)")
-        for i in list(self.boards) + list(self.utilization) + list(self.processes) + list(self.mig):
+        links = {i: self.nvswitch.get(i, 0) for i in range(n)}
+        for (i, j), k in self.nvlinks.items():
+            links[i] += k
+            links[j] += k
+        for i, k in links.items():
+            if k > MAX_NVLINKS:
+                raise LocalClusterError(f"layout {self.name}: GPU {i} has {k} NVLinks, a GPU has "
+                                        f"at most {MAX_NVLINKS}")
+        for i in list(self.boards) + list(self.nvswitch) + list(self.utilization) + list(self.processes) + list(self.mig):
             if not 0 <= i < n:
                 raise LocalClusterError(f"layout {self.name}: GPU index {i} out of range 0..{n - 1}")
 
@@ -172,6 +183,9 @@ class Layout:
         lines += [f"topo {i} {j} {lvl}" for (i, j), lvl in sorted(self.topology.items())]
         lines += [f"board {i} {b}" for i, b in sorted(self.boards.items())]
         lines += [f"nvlink {i} {j} {k}" for (i, j), k in sorted(self.nvlinks.items())]
+        lines += [f"nvswitch {i} {k}" for i, k in sorted(self.nvswitch.items())]
+        if not self.topology_supported:
+            lines.append("notopo")
         lines += [f"util {i} {g} {m}" for i, (g, m) in sorted(self.utilization.items())]
         lines += [f"proc {i} {pid} {used}" for i, ps in sorted(self.processes.items())
                   for pid, used in ps]
@@ -300,6 +314,38 @@ def v100x8() -> Layout:
                   topology=topo, nvlinks=dict(DGX1_NVLINKS))
 
 
+def v100x8vm() -> Layout:
+    """The DGX-1's eight V100s passed to a VM whose NVML has no topology (NOT_SUPPORTED
+    for the topology, P2P and NVLink calls, as on many clouds' VMs and vGPUs)."""
+    lay = v100x8()
+    return Layout("v100x8vm", lay.gpus, driver=lay.driver, cuda=lay.cuda,
+                  topology_supported=False)
+
+
+def _two_switches(i: int, j: int) -> int:
+    return SINGLE if i // 4 == j // 4 else SYSTEM
+
+
+def pcie8() -> Layout:
+    """Eight PCIe-only GPUs (no NVLink) behind two PCIe switches, one per CPU socket:
+    GPUs 0-3 share one switch (PIX), 4-7 the other; across them the path crosses
+    the CPUs (SYS), as in a common 4U 8-GPU server."""
+    gpus = [FakeGpu(m, _uuid(0x140, m), f"00000000:{(0x1A if m < 4 else 0x8A) + 2 * m:02X}:00.0",
+                    "NVIDIA L40S", 46068 * 2**20, "8.9", 0x26B910DE) for m in range(8)]
+    topo = {(i, j): _two_switches(i, j) for i in range(8) for j in range(i + 1, 8)}
+    return Layout("pcie8", gpus, driver="535.54.03", cuda=12020, topology=topo)
+
+
+def h200x8() -> Layout:
+    """An HGX H200 board: eight H200s, each with 18 NVLinks to the NVSwitches (every
+    pair NVLink peers through the switches, NV18 in `nvidia-smi topo -m`), GPUs 0-3
+    on CPU 0 and 4-7 on CPU 1 for PCIe (NODE within, SYS across)."""
+    topo = {(i, j): NODE if i // 4 == j // 4 else SYSTEM
+            for i in range(8) for j in range(i + 1, 8)}
+    return Layout("h200x8", [h200(i) for i in range(8)], driver="580.159.04", cuda=13000,
+                  topology=topo, nvswitch={i: 18 for i in range(8)})
+
+
 def mixed() -> Layout:
     """A node with a K80 board (two cores) and a V100 PCIe card."""
     gpus = [FakeGpu(0, _uuid(0x81, 0), "00000000:04:00.0", "Tesla K80", 12 * 2**30 - 2**28,
@@ -360,7 +406,8 @@ def nolib() -> Layout:
 
 
 LAYOUTS = {"k80": k80, "v100x8": v100x8, "mixed": mixed, "nodriver": nodriver, "nolib": nolib,
-           "h200mig": h200mig, "h200single": h200single}
+           "h200mig": h200mig, "h200single": h200single, "h200x8": h200x8, "pcie8": pcie8,
+           "v100x8vm": v100x8vm}
 
 
 def layout(name: str) -> Layout:

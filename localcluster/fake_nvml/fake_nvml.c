@@ -11,6 +11,11 @@
  *   topo <i> <j> <level>          (optional; default NVML_TOPOLOGY_SYSTEM)
  *   board <i> <boardId>           (GPUs sharing a board id are one multi-GPU board, e.g. a K80)
  *   nvlink <i> <j> <links>        (<links> active NVLinks between GPU i and GPU j)
+ *   nvswitch <i> <links>          (<links> active NVLinks from GPU i to the NVSwitches, as on an
+ *                                 HGX board: every two GPUs with such links are NVLink peers,
+ *                                 through the switches; the links are spread over 4 switches)
+ *   notopo                        (NVML has no topology here, as in many VMs and vGPUs: the
+ *                                 topology, P2P and NVLink calls answer NOT_SUPPORTED)
  *   util <i> <gpu%> <mem%>        (utilization rates)
  *   proc <i> <pid> <usedBytes> [<sm%>|none]  (a compute process on GPU i; memory used is their sum;
  *                                 none: listed, never sampled, as an MPS client)
@@ -82,6 +87,8 @@
 #define MAXQUEUE 1024
 #define MAXFAULTS 32
 #define MAXMIG 256
+#define SWITCH_PEER 0xFFFFu               /* linkPeer of a link that ends at an NVSwitch */
+#define NVSWITCHES 4                      /* the switches an HGX board's links are spread over */
 #define SUPPORTED_EVENTS (nvmlEventTypeSingleBitEccError | nvmlEventTypeDoubleBitEccError | \
                           nvmlEventTypeXidCriticalError)
 
@@ -100,7 +107,7 @@ struct nvmlDevice_st {
     unsigned long long procUsed[MAXPROC];
     unsigned int procSm[MAXPROC];
     unsigned int nlinks;            /* active NVLinks; link k goes to linkPeer[k] */
-    unsigned int linkPeer[NVML_NVLINK_MAX_LINKS];
+    unsigned int linkPeer[NVML_NVLINK_MAX_LINKS];   /* SWITCH_PEER: an NVSwitch */
     unsigned int temp, tempSlowdown, tempShutdown;
     unsigned int powerMw;
     unsigned long long ecc[2][2];   /* [corrected 0 / uncorrected 1][volatile 0 / aggregate 1] */
@@ -137,6 +144,7 @@ static pthread_mutex_t lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
 static struct nvmlDevice_st gpus[MAXGPU];
 static unsigned int ngpus;
 static int topo[MAXGPU][MAXGPU];
+static int noTopology;                     /* `notopo`: no topology in this NVML */
 static char driverVersion[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE] = "0.0";
 static char nvmlVersion[NVML_SYSTEM_NVML_VERSION_BUFFER_SIZE] = "0.0";
 static int cudaVersion;
@@ -286,6 +294,12 @@ static void apply_line(char *line, int control)
                 if (gpus[a].nlinks < NVML_NVLINK_MAX_LINKS) gpus[a].linkPeer[gpus[a].nlinks++] = b;
                 if (gpus[b].nlinks < NVML_NVLINK_MAX_LINKS) gpus[b].linkPeer[gpus[b].nlinks++] = a;
             }
+    } else if (!strncmp(line, "nvswitch ", 9)) {
+        if (sscanf(line + 9, "%u %u", &a, &n) == 2 && a < ngpus)
+            for (unsigned int k = 0; k < n && gpus[a].nlinks < NVML_NVLINK_MAX_LINKS; k++)
+                gpus[a].linkPeer[gpus[a].nlinks++] = SWITCH_PEER;
+    } else if (!strcmp(line, "notopo")) {
+        noTopology = 1;
     } else if (!strncmp(line, "util ", 5)) {
         if (sscanf(line + 5, "%u %u %u", &a, &g, &m) == 3 && (d = device_at(a))) { d->utilGpu = g; d->utilMem = m; }
     } else if (!strncmp(line, "proc ", 5)) {
@@ -527,6 +541,7 @@ static nvmlReturn_t load_config(void)
     for (int i = 0; i < MAXGPU; i++)
         for (int j = 0; j < MAXGPU; j++)
             topo[i][j] = (i == j) ? NVML_TOPOLOGY_INTERNAL : NVML_TOPOLOGY_SYSTEM;
+    noTopology = 0;
     memset(sets, 0, sizeof sets);
     memset(faults, 0, sizeof faults);
     memset(delays, 0, sizeof delays);
@@ -717,7 +732,64 @@ nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t a, nvmlDevice_t b,
     ENTER();
     CHECK_DEV(a); CHECK_DEV(b);
     if (!level) return NVML_ERROR_INVALID_ARGUMENT;
+    if (noTopology) return NVML_ERROR_NOT_SUPPORTED;
     *level = (nvmlGpuTopologyLevel_t)topo[a->index][b->index];
+    return NVML_SUCCESS;
+}
+
+/* As NVML: the GPUs (other than `d`) whose common ancestor with it is at `level` or
+   nearer; *count 0 asks how many, else up to *count handles are written. */
+nvmlReturn_t nvmlDeviceGetTopologyNearestGpus(nvmlDevice_t d, nvmlGpuTopologyLevel_t level,
+                                              unsigned int *count, nvmlDevice_t *deviceArray)
+{
+    ENTER();
+    CHECK_DEV(d);
+    if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+    if (noTopology) return NVML_ERROR_NOT_SUPPORTED;
+    unsigned int n = 0;
+    for (unsigned int i = 0; i < ngpus; i++) {
+        if (i == d->index || gpus[i].lost || topo[d->index][i] > (int)level) continue;
+        if (*count == 0) { n++; continue; }
+        if (!deviceArray) return NVML_ERROR_INVALID_ARGUMENT;
+        if (n < *count) deviceArray[n++] = &gpus[i];
+    }
+    *count = n;
+    return NVML_SUCCESS;
+}
+
+static int nvlinked(nvmlDevice_t a, nvmlDevice_t b)
+{
+    int toSwitch[2] = {0, 0};
+    for (unsigned int k = 0; k < a->nlinks; k++) {
+        if (a->linkPeer[k] == b->index) return 1;
+        toSwitch[0] |= a->linkPeer[k] == SWITCH_PEER;
+    }
+    for (unsigned int k = 0; k < b->nlinks; k++) toSwitch[1] |= b->linkPeer[k] == SWITCH_PEER;
+    return toSwitch[0] && toSwitch[1];
+}
+
+/* Peer-to-peer between two GPUs: over NVLink when linked directly or through the
+   switches; over PCIe unless the path crosses the CPUs' interconnect (SYS). */
+nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t a, nvmlDevice_t b, nvmlGpuP2PCapsIndex_t p2pIndex,
+                                    nvmlGpuP2PStatus_t *p2pStatus)
+{
+    ENTER();
+    CHECK_DEV(a); CHECK_DEV(b);
+    if (!p2pStatus || p2pIndex >= NVML_P2P_CAPS_INDEX_UNKNOWN) return NVML_ERROR_INVALID_ARGUMENT;
+    if (noTopology) return NVML_ERROR_NOT_SUPPORTED;
+    int nv = a != b && nvlinked(a, b);
+    int pcie = a != b && topo[a->index][b->index] < NVML_TOPOLOGY_SYSTEM;
+    switch (p2pIndex) {
+    case NVML_P2P_CAPS_INDEX_NVLINK:
+    case NVML_P2P_CAPS_INDEX_ATOMICS:
+        *p2pStatus = nv ? NVML_P2P_STATUS_OK : NVML_P2P_STATUS_NOT_SUPPORTED;
+        break;
+    case NVML_P2P_CAPS_INDEX_PCI:
+        *p2pStatus = pcie ? NVML_P2P_STATUS_OK : NVML_P2P_STATUS_CHIPSET_NOT_SUPPORTED;
+        break;
+    default:                                   /* READ, WRITE: by either path */
+        *p2pStatus = nv || pcie ? NVML_P2P_STATUS_OK : NVML_P2P_STATUS_CHIPSET_NOT_SUPPORTED;
+    }
     return NVML_SUCCESS;
 }
 
@@ -805,7 +877,7 @@ nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t d, unsigned int link, nvmlEna
     ENTER();
     CHECK_DEV(d);
     if (!isActive || link >= NVML_NVLINK_MAX_LINKS) return NVML_ERROR_INVALID_ARGUMENT;
-    if (d->nlinks == 0) return NVML_ERROR_NOT_SUPPORTED;   /* as on GPUs without NVLink */
+    if (d->nlinks == 0 || noTopology) return NVML_ERROR_NOT_SUPPORTED;   /* GPUs without NVLink */
     *isActive = link < d->nlinks ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
     return NVML_SUCCESS;
 }
@@ -815,7 +887,14 @@ nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t d, unsigned int li
     ENTER();
     CHECK_DEV(d);
     if (!pci || link >= d->nlinks) return NVML_ERROR_INVALID_ARGUMENT;
-    return nvmlDeviceGetPciInfo_v3(&gpus[d->linkPeer[link]], pci);
+    if (d->linkPeer[link] != SWITCH_PEER) return nvmlDeviceGetPciInfo_v3(&gpus[d->linkPeer[link]], pci);
+    /* an NVSwitch: one of NVSWITCHES bridges of vendor 10de, device 22a3 (an H100's) */
+    memset(pci, 0, sizeof *pci);
+    pci->bus = 0xC1 + (link % NVSWITCHES);
+    pci->pciDeviceId = 0x22A310DE;
+    snprintf(pci->busId, sizeof pci->busId, NVML_DEVICE_PCI_BUS_ID_FMT, 0u, pci->bus, 0u);
+    snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, NVML_DEVICE_PCI_BUS_ID_LEGACY_FMT, 0u, pci->bus, 0u);
+    return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t d, unsigned int link, nvmlIntNvLinkDeviceType_t *type)
@@ -823,7 +902,7 @@ nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t d, unsigned int li
     ENTER();
     CHECK_DEV(d);
     if (!type || link >= d->nlinks) return NVML_ERROR_INVALID_ARGUMENT;
-    *type = NVML_NVLINK_DEVICE_TYPE_GPU;
+    *type = d->linkPeer[link] == SWITCH_PEER ? NVML_NVLINK_DEVICE_TYPE_SWITCH : NVML_NVLINK_DEVICE_TYPE_GPU;
     return NVML_SUCCESS;
 }
 

@@ -43,9 +43,10 @@ TINY = {
         ["--cycles", "5"],
         [rf"^{mode} +{NUM} +{NUM} +{NUM}x +{NUM} +{NUM}x" for mode in ("v1", "v2", r"v1\+v2")]),
     "launch_overhead.py": (
-        ["--runs", "1"],
+        ["--runs", "1", "--cold_runs", "1", "--layer_mb", "1"],
         [rf"plain docker run +{NUM}ms", rf"ours \(GPU, volume\) +{NUM}ms",
-         rf"ratio ours / plain +{NUM} +{NUM}"]),
+         rf"ratio ours / plain +{NUM} +{NUM}", rf"plain docker pull \+ run +{NUM}ms",
+         rf"ours \(pull, GPU, volume\) +{NUM}ms", rf"ratio cold ours / plain +{NUM} +{NUM}"]),
     "ledger_recovery.py": (
         ["--containers", "20"],
         [rf"^v1 +{NUM} +{NUM} +{NUM} +- +-$", rf"^v2 +{NUM} +{NUM} +{NUM} +- +-$",
@@ -86,7 +87,7 @@ TINY = {
         [rf"\[one driver\] ratio cp -a / builder: +{NUM} x",
          rf"\[two drivers\] ratio cp -a / builder: +{NUM} x"]),
 }
-OWN_FILE = {"gpu_task_overhead.py", "mig_placement.py",
+OWN_FILE = {"gpu_task_overhead.py", "gpu_topology_choice.py", "mig_placement.py",
             "share_placement.py"}                   # tests/bench/test_<name>.py
 
 

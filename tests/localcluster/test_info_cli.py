@@ -110,3 +110,42 @@ def test_health_without_a_daemon_is_what_nvml_shows_now(mesos_gpu_cli, tmp_path)
     assert info["unreadable_indices"] == [4]
     assert info["health"]["gpus"]["1"]["state"] == "unhealthy"
     assert info["health"]["gpus"]["0"]["state"] == "healthy"
+
+
+def test_info_shows_nvlink_peers_of_the_cube_mesh(mesos_gpu_cli):
+    layout = fake_nvml.layout("v100x8")
+    info = _info(mesos_gpu_cli, layout)
+    peers = {g["minor"]: {p["minor"]: p["nvlinks"] for p in g["nvlink_peers"]}
+             for g in info["gpus"]}
+    want = {m: {} for m in range(8)}
+    for (i, j), n in fake_nvml.DGX1_NVLINKS.items():
+        want[i][j] = want[j][i] = n
+    assert peers == want
+    assert info["topology"]["supported"] is True
+    pair = {tuple(p["minors"]): p for p in info["topology"]["pairs"]}
+    assert (pair[(0, 3)]["link"], pair[(0, 3)]["pcie"]) == ("NV2", "NODE")
+    assert (pair[(0, 5)]["link"], pair[(0, 5)]["nvlinks"]) == ("SYS", 0)
+    text = mesos_gpu_cli("info", env=layout.env()).stdout
+    assert "NVLink peers of 0: 1 (NV1), 2 (NV1), 3 (NV2), 4 (NV2)" in text
+    assert "  GPU0        X    NV1    NV1    NV2    NV2    SYS    SYS    SYS" in text
+
+
+def test_info_shows_an_nvswitch_board_all_to_all_and_a_pcie_box_by_switch(mesos_gpu_cli):
+    hgx = _info(mesos_gpu_cli, fake_nvml.layout("h200x8"))
+    assert {p["link"] for p in hgx["topology"]["pairs"]} == {"NV18"}
+    assert all(len(g["nvlink_peers"]) == 7 for g in hgx["gpus"])
+    box = _info(mesos_gpu_cli, fake_nvml.layout("pcie8"))
+    links = {tuple(p["minors"]): p["link"] for p in box["topology"]["pairs"]}
+    assert links[(0, 3)] == "PIX" and links[(3, 4)] == "SYS" and links[(4, 7)] == "PIX"
+    assert all(g["nvlink_peers"] == [] for g in box["gpus"])
+
+
+def test_info_on_a_node_without_topology_says_so_once(mesos_gpu_cli):
+    layout = fake_nvml.layout("v100x8vm")
+    info = _info(mesos_gpu_cli, layout)
+    assert info["topology"]["supported"] is False
+    assert "NOT_SUPPORTED" in info["topology"]["unsupported"]
+    r = mesos_gpu_cli("info", env=layout.env())
+    assert r.returncode == 0 and r.stderr == ""
+    assert r.stdout.count("Topology: unknown (NVML answers NOT_SUPPORTED") == 1
+    assert "NVLink peers" not in r.stdout

@@ -110,3 +110,22 @@ def test_a_port_taken_before_the_registry_binds_it_is_given_up_for_another(monke
             urllib.request.urlopen(registry.url + "/v2/", timeout=10).close()
     finally:
         taken.close()
+
+
+def test_requests_are_read_back_from_its_log_across_a_restart():
+    with Registry() as registry:
+        image = registry.push_image("r/q", "1", files={"f": b"x" * 1000})
+        manifest = json.loads(get(registry, f"/v2/r/q/manifests/{image.digest}",
+                                  image.media_type)[1])
+        layer = manifest["layers"][-1]
+        get(registry, f"/v2/r/q/blobs/{layer['digest']}", "*/*")
+        registry.crash()
+        registry.restart()
+        with pytest.raises(urllib.error.HTTPError):
+            get(registry, "/v2/r/q/manifests/missing", image.media_type)
+        requests = registry.requests()
+        assert [(r.method, r.status) for r in requests if r.uri == "/v2/r/q/manifests/missing"] \
+            == [("GET", 404)]
+        assert registry.blob_gets("r/q") == [layer["digest"]]
+        served = next(r for r in requests if r.uri.endswith(layer["digest"]) and r.method == "GET")
+        assert served.written == layer["size"] and served.user_agent.startswith("Python-urllib")

@@ -140,7 +140,10 @@ def test_bridge_port_mappings_get_host_port_0_and_travel_as_port_requests():
     ({"container": dict(IMAGE, linuxInfo={"seccomp": {}})}, "/container/linuxInfo",
      "not supported"),
     ({"container": {"type": "DOCKER", "docker": {"image": "x", "pullConfig": {"secret": "s"}}}},
-     "/container/docker/pullConfig", "not supported"),
+     "/container/docker/pullConfig/secret", "references an undefined secret 's'"),
+    ({"container": {"type": "DOCKER", "docker": {"image": "x", "credential": {
+        "principal": "u", "secret": "p"}}}}, "/container/docker/credential",
+     "use container.docker.pullConfig"),
     ({"container": {"type": "DOCKER", "docker": {"image": "x", "parameters": [
         {"key": "name", "value": "mine"}]}}}, "/container/docker/parameters(0)", "set by"),
     ({"container": {"type": "DOCKER", "docker": {"image": "x", "parameters": [
