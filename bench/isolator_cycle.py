@@ -7,7 +7,7 @@ Floor (no module): mkdir the cgroup(s), write the same device rules (v1
 devices.deny/allow lines; v2 the same eBPF program loaded and attached), move
 the same process in and back out, rmdir. Both on an 8-GPU fake NVML host.
 
-Measured in-process (AgentService) and through the unix-socket API of a real
+Measured in-process (GpuIsolator) and through the unix-socket API of a real
 daemon process, for v1, v2 and both. Prints milliseconds per cycle and the
 ratio to the floor (target: at most 2x). Never asserts.
 
@@ -32,7 +32,7 @@ from isolator.client import AgentClient  # noqa: E402
 from isolator.cgroups.container_cgroups import ContainerCgroups  # noqa: E402
 from isolator.allocation.ledger import Ledger  # noqa: E402
 from isolator.allocation.owner import my_owner  # noqa: E402
-from isolator.daemon.service import AgentService  # noqa: E402
+from isolator.containers.isolator import GpuIsolator  # noqa: E402
 from tests.bed import cgroups as bed_cgroups  # noqa: E402
 from localcluster import fake_nvml  # noqa: E402
 
@@ -80,8 +80,8 @@ def module_cycle(prepare, isolate, cleanup, versions, pid: int, i: int) -> None:
     cleanup(cid)
 
 
-def in_process(svc: AgentService):
-    """The service's operations as the server calls them, for this process as owner."""
+def in_process(svc: GpuIsolator):
+    """The isolator's operations as the server calls them, for this process as owner."""
     me = my_owner()
     return (lambda cid, n: svc.prepare(PrepareRequest(cid, n), me),
             lambda cid, pid: svc.isolate(IsolateRequest(cid, pid=pid), me),
@@ -139,8 +139,8 @@ def main() -> None:
     print(f"isolator cycle: prepare+isolate+cleanup, {args.cycles} cycles per row, "
           f"host cgroups {HOST.mode}, ledger under {tmp} (journal appends, fdatasync'ed "
           "in the background)")
-    print(f"{'mode':<6}{'floor ms':>10}{'service ms':>12}{'ratio':>8}{'API ms':>9}"
-          f"{'ratio':>8}{'ledger append ms':>18}{'service, ledger on tmpfs':>26}")
+    print(f"{'mode':<6}{'floor ms':>10}{'isolator ms':>12}{'ratio':>8}{'API ms':>9}"
+          f"{'ratio':>8}{'ledger append ms':>18}{'isolator, ledger on tmpfs':>26}")
     try:
         for versions in (["v1"], ["v2"], ["v1", "v2"]):
             for v in versions:
@@ -149,10 +149,10 @@ def main() -> None:
                           args.cycles)
             work = tmp / ("work-" + "+".join(versions))
             work.mkdir()
-            svc = AgentService(inventory=inv, managed=inv.gpus, topology=topo,
-                               ledger=Ledger(str(work)),
-                               cgroups=ContainerCgroups(HOST, versions, root),
-                               dev_dir=str(tmp / "dev"))
+            svc = GpuIsolator(inventory=inv, managed=inv.gpus, topology=topo,
+                              ledger=Ledger(str(work)),
+                              cgroups=ContainerCgroups(HOST, versions, root),
+                              dev_dir=str(tmp / "dev"))
             svc.recover()
             base = args.cycles * 10
             ops = in_process(svc)
@@ -162,13 +162,13 @@ def main() -> None:
             sample = next(iter(svc.holdings.values()), None) or svc.prepare(
                 PrepareRequest("ledger-sample", 1), my_owner()) and svc.holdings["ledger-sample"]
             ledger_ms = timed(lambda i: svc.ledger.put(sample), 1000)
-            # the same service with its ledger on tmpfs, where fsync costs nothing:
+            # the same isolator with its ledger on tmpfs, where fsync costs nothing:
             # what the module costs besides the disk flushes
             shm = Path(tempfile.mkdtemp(prefix="mesos-gpu-bench-", dir="/dev/shm"))
-            svc_mem = AgentService(inventory=inv, managed=inv.gpus, topology=topo,
-                                   ledger=Ledger(str(shm)),
-                                   cgroups=ContainerCgroups(HOST, versions, root),
-                                   dev_dir=str(tmp / "dev"))
+            svc_mem = GpuIsolator(inventory=inv, managed=inv.gpus, topology=topo,
+                                  ledger=Ledger(str(shm)),
+                                  cgroups=ContainerCgroups(HOST, versions, root),
+                                  dev_dir=str(tmp / "dev"))
             svc_mem.recover()
             mem = timed(lambda i: module_cycle(*in_process(svc_mem), versions, helper.pid,
                                                3 * base + i), args.cycles)
@@ -181,7 +181,7 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
         for mount in MOUNTS.values():
             bed_cgroups.remove_tree(Path(mount) / root)
-    print("service = AgentService in-process; API = AgentClient over the unix socket of a "
+    print("isolator = GpuIsolator in-process; API = AgentClient over the unix socket of a "
           "real daemon process (one kept-alive connection); each cycle appends three journal "
           "records (prepare, isolate, cleanup), each before its answer")
 

@@ -3,7 +3,7 @@
 Set-up (not timed): a fake NVML host with 64 GPUs, 1,000 containers each with
 a real cgroup (v1 devices and cgroup2, its own eBPF program) holding one
 sleeping busybox process; containers 0-63 hold one GPU each, the others none.
-Timed: what the daemon does at start, AgentService.recover(): read and verify
+Timed: what the daemon does at start, GpuIsolator.recover(): read and verify
 the ledger, for each container find its cgroups, list their processes, read
 back what the kernel allows (v1 devices.list; v2 by running the attached
 program), rewrite rules where they differ, scan for unrecorded cgroups, write
@@ -32,7 +32,7 @@ from isolator.api import MESOS  # noqa: E402
 from isolator.cgroups.container_cgroups import ContainerCgroups  # noqa: E402
 from isolator.discovery.gpu import Gpu  # noqa: E402
 from isolator.allocation.ledger import Holding, Ledger  # noqa: E402
-from isolator.daemon.service import AgentService  # noqa: E402
+from isolator.containers.isolator import GpuIsolator  # noqa: E402
 from tests.bed import cgroups as bed_cgroups  # noqa: E402
 from localcluster import fake_nvml  # noqa: E402
 
@@ -58,10 +58,10 @@ def holdings_for(n: int, root: str, versions) -> dict:
     return out
 
 
-def service(inv, work: Path, root: str, versions, dev: Path) -> AgentService:
-    return AgentService(inventory=inv, managed=inv.gpus, topology=topology.Topology({}),
-                        ledger=Ledger(str(work)), cgroups=ContainerCgroups(HOST, versions, root),
-                        dev_dir=str(dev))
+def gpu_isolator(inv, work: Path, root: str, versions, dev: Path) -> GpuIsolator:
+    return GpuIsolator(inventory=inv, managed=inv.gpus, topology=topology.Topology({}),
+                       ledger=Ledger(str(work)), cgroups=ContainerCgroups(HOST, versions, root),
+                       dev_dir=str(dev))
 
 
 def main() -> None:
@@ -100,7 +100,7 @@ def main() -> None:
             loaded = Ledger(str(work)).load()
             ledger_only = time.perf_counter() - t
             assert len(loaded) == n
-            svc = service(inv, work, root, versions, dev)
+            svc = gpu_isolator(inv, work, root, versions, dev)
             t = time.perf_counter()
             svc.recover()
             full = time.perf_counter() - t
@@ -110,7 +110,7 @@ def main() -> None:
                 for p in procs[::10]:          # 10% of the tasks exit, nobody cleans up
                     p.kill()
                     p.wait()
-                svc = service(inv, work, root, versions, dev)
+                svc = gpu_isolator(inv, work, root, versions, dev)
                 t = time.perf_counter()
                 report = svc.recover()
                 dead = time.perf_counter() - t
@@ -124,7 +124,7 @@ def main() -> None:
         for mount in MOUNTS.values():
             bed_cgroups.remove_tree(Path(mount) / root)
         shutil.rmtree(tmp, ignore_errors=True)
-    print("recovery = AgentService.recover(): ledger read + verify, kernel cross-check, "
+    print("recovery = GpuIsolator.recover(): ledger read + verify, kernel cross-check, "
           "rules rewritten where they differ, orphan scan, ledger written back with fsync")
 
 

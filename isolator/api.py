@@ -1,30 +1,7 @@
-"""The agent daemon's local API: the one contract between the daemon and its clients.
-
-The daemon (isolator/daemon/server.py, isolator/daemon/service.py) and every client (the executor,
-tools, tests) import the requests and answers from here; nothing else reads the
-JSON by raw keys. Each request checks itself when read from JSON and names the
-field that is wrong (the daemon answers 400 with that message).
-
-HTTP/1.1 + JSON on the unix socket <work_dir>/agent.sock (mode 0600):
-
-    POST /v1/prepare   PrepareRequest  -> Grant
-    POST /v1/isolate   IsolateRequest  -> Grant
-    POST /v1/update    UpdateRequest   -> Grant
-    POST /v1/cleanup   CleanupRequest  -> Cleanup
-    GET  /v1/usage?container_id=ID     -> Usage
-    GET  /v1/health                    -> NodeHealth
-    GET  /v1/info                      -> the daemon's state (dict)
-    GET  /metrics                      -> Prometheus text
-
-With --metrics_address HOST:PORT the daemon also serves the read-only
-GET /metrics and GET /v1/health over HTTP on that TCP address (the framework
-reads each agent's GPU health there, a Prometheus server scrapes it).
-
-Containers are of two types, named as Marathon and Mesos name them: MESOS (the
-unified containerizer: a process, or a runc container, in cgroups the daemon
-makes) and DOCKER (a container of the local Docker engine, labelled
-`mesos-gpu.container-id=<container id>`).
-"""
+"""The agent daemon's local API, the one contract between the daemon and its clients
+(the executor, tools, tests): typed requests and answers, each request checked
+when read from JSON, naming the field that is wrong (400). The routes and the two
+container types: ARCHITECTURE.md, "The node side in detail"."""
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, Mapping, Optional, Tuple
@@ -388,7 +365,7 @@ NO_GRANT = None     # a task without GPUs on an agent without the daemon gets no
 @dataclass(frozen=True)
 class GpuFaultStop:
     """The daemon stopped the container itself: a GPU it held became unhealthy with a
-    fault that loses the work on it (see isolator/health/gpu_health.py)."""
+    fault that loses the work on it (see isolator/gpu_health/book.py)."""
     message: str                     # e.g. "GPU 2 (GPU-...) became unhealthy: XID 79 (...)"
     uuids: Tuple[str, ...] = ()
     xid: Optional[int] = None

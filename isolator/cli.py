@@ -9,7 +9,7 @@ from typing import List, Optional
 from isolator.daemon import cdi_spec, flags, mesos_agent_flags, mig_resources
 from isolator.sharing import plan as share_plan
 from isolator.cgroups import cgroup_host
-from isolator.health import health_report
+from isolator.gpu_health import health_report
 from isolator.discovery import nvml, platform_features, topology
 from isolator.discovery.gpu import MIG_ENABLED
 from volumes.cli import non_empty

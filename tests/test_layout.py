@@ -42,8 +42,8 @@ def test_layers_import_only_downwards(package):
 # (a type for an annotation, never run) does not count.
 SUBPACKAGES = {
     "isolator": [["discovery"], ["errors.py", "api.py", "client.py", "crashpoints.py"], ["cgroups"],
-                 ["allocation"], ["sharing"], ["health"], ["metrics"], ["daemon"], ["node_check"],
-                 ["cli.py"]],
+                 ["allocation"], ["sharing"], ["gpu_health"], ["containers"], ["metrics"],
+                 ["daemon"], ["node_check"], ["cli.py"]],
     "framework": [["tasks"], ["health"], ["ha", "state"], ["images"], ["scheduling"],
                   ["executor"], ["marathon", "ui"], ["image_cli.py"], ["cli.py"]],
 }
@@ -105,15 +105,15 @@ def test_concerns_inside_a_layer_import_only_downwards(layer):
 
 
 def test_a_concern_importing_upwards_is_caught(tmp_path, monkeypatch):
-    """The check above can fail: an allocation module importing the daemon."""
+    """The check above can fail: an allocation module importing the isolator."""
     assert _level("isolator", "isolator.allocation.ledger") < \
-        _level("isolator", "isolator.daemon.service")
+        _level("isolator", "isolator.containers.isolator")
     bad = tmp_path / "bad.py"
     bad.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-                   "    from isolator.daemon import service\n"
-                   "from isolator.daemon.service import AgentService\n")
+                   "    from isolator.containers import isolator\n"
+                   "from isolator.containers.isolator import GpuIsolator\n")
     assert [m for _, m in _runtime_imports(bad) if m.startswith("isolator")] == \
-        ["isolator.daemon.service", "isolator.daemon.service.AgentService"]
+        ["isolator.containers.isolator", "isolator.containers.isolator.GpuIsolator"]
 
 
 def test_pyflakes_finds_nothing():
@@ -164,3 +164,13 @@ def test_every_data_file_of_a_package_ships():
             if not shipped:
                 missing.append(str(path.relative_to(REPO)))
     assert missing == [], "not in setup.py's package_data:\n" + "\n".join(missing)
+
+
+@pytest.mark.parametrize("tests_of", ["isolator", "volumes"])
+def test_no_test_imports_a_conftest(tests_of):
+    """Fixtures reach a test through pytest; what tests share as code lives in tests/bed/."""
+    wrong = [f"{path.relative_to(REPO)}:{line}"
+             for path in sorted((REPO / "tests" / tests_of).rglob("*.py"))
+             for line, module in _runtime_imports(path) if module.endswith(".conftest")
+             or ".conftest." in module]
+    assert wrong == []

@@ -1,30 +1,7 @@
-"""Build, reuse and garbage-collect the read-only driver volume `nvidia_<version>`.
-
-Layout (as Mesos): VOLUME_ROOT/nvidia_<version>/{bin,lib,lib64}, the GSP
-firmware in firmware/nvidia/<version>/ (containers get it at
-/lib/firmware/nvidia/<version>/, see Volume.firmware), plus `.manifest.json`
-listing every entry. Only files of the driver `<version>` go in (see
-components.py). How it is made:
-
-- hard links from the driver tree when the volume root is on the same
-  filesystem (no bytes copied), copies otherwise (EXDEV is not an error);
-- in a temporary directory `.nvidia_<version>.tmp-*` beside the final one,
-  files fsynced, manifest written, then renamed into place: a crash leaves at
-  most a temporary directory, removed by the next build or gc (both hold
-  VOLUME_ROOT/.lock, so a temporary directory seen under the lock is stale);
-- reused when the final directory matches its manifest (inode, size, mtime,
-  mode of every file, target of every link, the driver files it came from, and
-  the tree's ld.so.cache, which changes when driver files come or go): a stat
-  per entry, about a millisecond. A volume of an older manifest format (made by
-  older rules) is rebuilt;
-- read-only: directories 0555, copied files 0444 (binaries 0555). Hard-linked
-  files keep the driver's own mode: they are the driver's inodes, and the
-  volume is only ever mounted read-only;
-- a tmpfs is mounted over the volume root when its filesystem is `noexec`
-  (as Mesos does, MESOS-5923), so binaries in the volume can run.
-
-The version is checked before anything is read or written.
-"""
+"""Build, reuse and garbage-collect the read-only driver volume `nvidia_<version>`
+(VOLUME_ROOT/nvidia_<version>/{bin,lib,lib64,firmware}, as Mesos lays it out):
+made beside its place and renamed in, reused while its manifest matches, never
+half-made. How: ARCHITECTURE.md, "The node side in detail"."""
 import errno
 import fcntl
 import json

@@ -1,38 +1,7 @@
-"""A Container Device Interface (CDI) spec for this host's GPUs and driver volume.
-
-CDI runtimes (podman 4.1+, containerd 1.7+, CRI-O 1.23+, Docker 25+) read specs
-from /etc/cdi and /var/run/cdi and apply a device's "container edits" when a
-container asks for it by name, e.g. `podman run --device nvidia.com/gpu=0`.
-The spec written here:
-
-- kind `nvidia.com/gpu`; one device per GPU named by its NVML index and one
-  named by its UUID (GPU-...), each giving only that GPU's node; and `all`;
-- MIG devices named as NVIDIA's toolkit (`nvidia-ctk cdi generate`) names them:
-  `<gpu index>:<mig index>` (the MIG index being NVML's handle-by-index on the
-  parent) and the `MIG-...` UUID, each giving the parent GPU's /dev/nvidia<minor>
-  and exactly its GPU instance's and compute instance's
-  /dev/nvidia-caps/nvidia-cap<N> (never another instance's: those are what MIG
-  isolation is made of). A GPU in MIG mode gets no device of its own (it is
-  never handed out whole); `all` is every device's nodes together, MIG devices
-  included, as the toolkit's `all` is;
-- spec-wide edits every GPU container needs: the control devices (nvidiactl,
-  nvidia-uvm, nvidia-uvm-tools), the driver volume read-only at
-  /usr/local/nvidia, its binaries read-only at /usr/bin/<name> (where images
-  look for nvidia-smi), the GSP firmware read-only where the toolkit puts it,
-  and LD_LIBRARY_PATH=/usr/local/nvidia/lib:/usr/local/nvidia/lib64 (CDI
-  sets a variable, replacing the image's value: this is the value NVIDIA's
-  CUDA images set themselves);
-- cdiVersion 0.5.0: the oldest that allows device names starting with a digit
-  and `hostPath` on device nodes, and one podman 4.3 reads (it skips 0.6.0).
-  A ':' in a device name (the MIG names) needs nothing newer: the reference
-  parser (container-device-interface, ValidateDeviceName) has allowed letters,
-  digits and `_ - . :` inside a device name since its first tagged release, and
-  0.5.0 only added a leading digit.
-
-`validate` checks a spec against the CDI 0.5.0 schema and the rules its
-reference parser applies, and is run before anything is written; `write`
-replaces the file atomically so a runtime never reads half a spec.
-"""
+"""A Container Device Interface (CDI) spec for this host's GPUs and driver volume,
+for CDI runtimes (podman, containerd, CRI-O, Docker 25+): one device per GPU and
+MIG device, named as NVIDIA's toolkit names them, validated before it is written
+atomically. What the spec holds: ARCHITECTURE.md, "The node side in detail"."""
 import fcntl
 import json
 import os

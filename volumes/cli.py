@@ -14,7 +14,8 @@ import threading
 from pathlib import Path
 from typing import Optional
 
-from volumes import builder, components
+from volumes import builder
+from volumes.driver_version import tree_version
 from common.errors import UserError
 
 log = logging.getLogger("mesos-gpu.volume")
@@ -118,7 +119,7 @@ def driver_version(args) -> str:
         v = kernel_driver_version()
         if v:
             return v
-    v = components.tree_version(args.root)
+    v = tree_version(args.root)
     if v is None:
         raise UserError(f"--driver_version not given and no NVIDIA driver found under "
                         f"{args.root} (no kernel module, no libnvidia-ml.so.<version>)")

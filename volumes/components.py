@@ -1,33 +1,8 @@
 """What a driver volume holds: the binaries, libraries and GSP firmware of the
-RUNNING NVIDIA driver, and nothing else.
-
-The list (LIBRARIES, BINARIES, LEFT_OUT) is NVIDIA's current one (the container
-toolkit and libnvidia-container inject the same), each entry with its reason.
-How files are found:
-
-- Libraries: every ld.so.cache entry whose name starts with a listed name,
-  resolved to its real file under the root. The file must belong to the running
-  driver: its name ends in `.so.<driver version>`, or (a file named without the
-  version) the version string is in its bytes. A file of another driver is
-  replaced by its sibling of the running version in the same directory when
-  there is one (an upgrade in place leaves the cache naming the old file), else
-  left out; all such files are named in one log line. Then the GL compat and TLS
-  filters, `lib64/` for ELF class 64 and `lib/` for class 32, and links: the
-  DT_SONAME, every name the cache lists for the file (as Mesos's volume), and
-  the extra names nvidia-docker and NVIDIA's toolkit add (EXTRA_LINKS).
-- Binaries: the driver's own programs, looked for beside the running driver's
-  libnvidia-ml (a driver root such as /usr/local/nvidia/{lib64,bin}), in the
-  driver roots' usual directories (DRIVER_BIN_DIRS), then on the host's PATH
-  (links followed inside the root). Only an ELF executable whose bytes carry
-  the running version is taken (one carrying no version at all only when no
-  other of its name does, as 535's nvidia-cuda-mps-server): a shell wrapper (/usr/bin/nvidia-smi on hosts
-  whose driver lives under /usr/local/nvidia) would exec itself in a
-  container, and another driver's program would not talk to this one.
-- GSP firmware: `nvidia/<version>/gsp*.bin` in the kernel's firmware search
-  path, as NVIDIA's toolkit mounts it; containers see it at FIRMWARE_DIR.
-"""
+RUNNING NVIDIA driver, and nothing else; the list (LIBRARIES, BINARIES,
+LEFT_OUT) is NVIDIA's, each entry with its reason. How each kind of file is found:
+ARCHITECTURE.md, "The node side in detail"."""
 import logging
-import mmap
 import os
 import platform
 import re
@@ -36,6 +11,8 @@ from pathlib import Path
 from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple, Union
 
 from volumes import elf, ldcache, rootpath
+from volumes.driver_version import (contains_version, name_version, other_driver_string,
+                                     tree_version)
 from volumes.environment import DEFAULT_PATH
 from common.errors import UserError
 
@@ -155,22 +132,6 @@ FIRMWARE_DIR = "/lib/firmware/nvidia"           # where containers see GSP firmw
 # toolkit walks it; the firmware_class.path parameter comes first on the host.
 FIRMWARE_CLASS_PATH = Path("/sys/module/firmware_class/parameters/path")
 
-# A driver version as it appears at the end of a library's file name.
-_DRIVER_VERSION = re.compile(r"[0-9]{3,}\.[0-9]+(\.[0-9]+)?")
-# A driver version as a C string in a binary ("535.261.03" and a NUL): found from its
-# cheap tail (".03" and the NUL), then checked whole; a regex over all of nvidia-smi
-# would cost more than the rest of the volume build.
-_VERSION_TAIL = re.compile(rb"\.[0-9]{2}\x00")
-_VERSION_STRING = re.compile(rb"[0-9]{3}\.[0-9]{2,3}\.[0-9]{2}")
-
-# Cache arch codes this machine runs, and which are 64-bit (lib64/).
-_HOST_ARCHES = {
-    "x86_64": {0x0300: 64, 0x0000: 32, 0x0800: 32},     # x86-64, i386, x32
-    "aarch64": {0x0A00: 64},
-    "ppc64le": {0x0500: 64},
-}
-
-
 @dataclass(frozen=True)
 class Library:
     group: str                  # utility, compute, video, graphics, glvnd, compat
@@ -238,73 +199,6 @@ def find_component(name: str, components: Sequence[Component] = LIBRARIES) -> Op
 def group_of(name: str) -> Optional[str]:
     c = find_component(name)
     return c.group if c else None
-
-
-def name_version(filename: str) -> Optional[str]:
-    """The driver version a library's file name carries (libcuda.so.535.261.03 ->
-    535.261.03); None for names without one (libcuda.so.1, libGL.so.1.7.0)."""
-    _, sep, tail = filename.partition(".so.")
-    return tail if sep and _DRIVER_VERSION.fullmatch(tail) else None
-
-
-def _contains(path: Path, needle: bytes) -> bool:
-    """Does the file hold `needle` as a whole version (not inside a longer number)?"""
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size == 0:
-            return False
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-            at = m.find(needle)
-            while at >= 0:
-                if _bounded(m, at, at + len(needle)):
-                    return True
-                at = m.find(needle, at + 1)
-    return False
-
-
-def _bounded(data, start: int, end: int) -> bool:
-    """Is data[start:end] a whole number, not part of a longer one (12535.261.035)?"""
-    before = data[start - 1:start] if start else b""
-    after = data[end:end + 1]
-    return not (before.isdigit() or before == b".") and not (after.isdigit() or after == b".")
-
-
-def _other_driver_string(path: Path) -> Optional[str]:
-    """A driver version C string in a binary's bytes (nvidia-smi carries its own)."""
-    with open(path, "rb") as f:
-        if os.fstat(f.fileno()).st_size == 0:
-            return None
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-            for tail in _VERSION_TAIL.finditer(m):
-                end = tail.end() - 1
-                for start in (end - 9, end - 10):           # 535.261.03, 470.57.01
-                    if start >= 0 and _VERSION_STRING.fullmatch(m, start, end) and \
-                            _bounded(m, start, end):
-                        return m[start:end].decode()
-    return None
-
-
-def tree_version(root: Union[str, Path] = "/", cache: Optional[ldcache.Cache] = None,
-                 machine: Optional[str] = None) -> Optional[str]:
-    """The version of the libnvidia-ml.so.1 the dynamic loader of the tree would
-    load (so, what NVML reports there), from its real file's name."""
-    root = Path(os.path.abspath(root))
-    if not root.is_dir():
-        raise UserError(f"driver root {root}: not a directory")
-    if cache is None:
-        cache = ldcache.read(root=root)
-    arches = _HOST_ARCHES.get(machine or platform.machine())
-    resolver = rootpath.Resolver(root)
-    for entry in cache.entries:
-        if entry.name != "libnvidia-ml.so.1" or not entry.is_elf:
-            continue
-        if arches is not None and arches.get(entry.arch_code) != 64:
-            continue
-        try:
-            return name_version(resolver.regular_file(entry.path).name)
-        except UserError:
-            continue
-    return None
 
 
 def gather(root: Union[str, Path] = "/", cache: Optional[ldcache.Cache] = None,
@@ -387,7 +281,7 @@ def _of_running_driver(found: _Found, component: Component, entry: ldcache.Entry
         own = name_version(real.name)
         if own == found.version:
             return real
-        if own is None and _contains(real, found.version.encode()):
+        if own is None and contains_version(real, found.version.encode()):
             return real
         dirs.insert(0, os.path.dirname(_inside(found, real)))
     sibling = _sibling(found, component, dirs)
@@ -410,7 +304,7 @@ def _of_running_driver(found: _Found, component: Component, entry: ldcache.Entry
 
 
 def _libraries(found: _Found, cache: ldcache.Cache, machine: str) -> None:
-    arches = _HOST_ARCHES.get(machine)
+    arches = ldcache.HOST_ARCHES.get(machine)
     for entry in cache.entries:
         component = find_component(entry.name)
         if component is None:
@@ -533,8 +427,8 @@ def _program_problem(found: _Found, real: Path) -> Optional[str]:
         return f"unreadable ({e.strerror})"
     if magic != elf.ELF_MAGIC:
         return "a script or other non-ELF file (a wrapper would run into itself in a container)"
-    if found.version and not _contains(real, found.version.encode()):
-        other = _other_driver_string(real)
+    if found.version and not contains_version(real, found.version.encode()):
+        other = other_driver_string(real)
         if other is not None:
             found.other(real, other)
             return f"a program of driver {other}"

@@ -1,24 +1,7 @@
-"""CUDA forward compatibility, decided as NVIDIA's container toolkit decides it.
-
-An image built for a newer CUDA than the host driver's may carry the CUDA
-forward-compatibility driver (the `cuda-compat-*` package) in
-`/usr/local/cuda/compat`: a `libcuda.so.<driver version>` of a newer driver
-branch, with the libraries it needs. Hosts carry one too (a CUDA toolkit
-install). NVIDIA's `nvidia-cdi-hook enable-cuda-compat` uses that directory
-only when its `libcuda` is of a strictly greater driver MAJOR version than the
-running driver; otherwise the running driver's `libcuda` must win, because an
-older (or same-branch) compat `libcuda` on a newer driver fails `cuInit` with
-803 (CUDA_ERROR_SYSTEM_DRIVER_MISMATCH), as seen on a real H200 (580.95.05
-compat under 580.159.04).
-
-The version is read from the file itself: the name of the real file the
-directory's `libcuda.so.1` resolves to, else of the one `libcuda.so.<version>`
-file there (never from an image label).
-
-Where the compat directory is used, the task's loader must find it before the
-driver volume (`volumes.environment`); where it is not, it must not be on the
-task's library path at all.
-"""
+"""CUDA forward compatibility, decided as NVIDIA's container toolkit decides it: a
+compat directory is used only when its `libcuda` is of a strictly greater driver
+major version than the running driver's (else cuInit fails with 803). The rule
+and where the version is read: ARCHITECTURE.md, "The node side in detail"."""
 import logging
 import posixpath
 import re

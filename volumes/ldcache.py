@@ -49,6 +49,13 @@ ARCHES = {
     0x1100: "loongarch-soft-float", 0x1200: "loongarch-double-float",
 }
 
+# The arch codes of the libraries this machine runs, and which are 64-bit (lib64/).
+HOST_ARCHES = {
+    "x86_64": {0x0300: 64, 0x0000: 32, 0x0800: 32},     # x86-64, i386, x32
+    "aarch64": {0x0A00: 64},
+    "ppc64le": {0x0500: 64},
+}
+
 
 class LdCacheError(UserError):
     """The cache is missing or cannot be read; the message names the file."""

@@ -1,42 +1,7 @@
-"""The durable record of which container holds which GPUs, and who owns it.
-
-Two files under --work_dir:
-
-- `ledger.json`, the snapshot: every holding at one sequence number, replaced
-  atomically (write a temporary file, fsync, keep the current file as the backup
-  `ledger.json.bak` by a hard link, rename, fsync the directory), with a checksum
-  over the content, the host's boot id and the sequence;
-- `ledger.journal`, every change since the snapshot: one line per change,
-  `<crc32> {"seq": N, "put": {...}}` or `... "del": "<container id>"`, appended
-  with a single write() before the daemon answers the request that made it.
-
-Why an append and not a rewrite per change: a write() that returned is in the
-kernel's page cache and survives any crash of the daemon (SIGKILL, OOM, a bug);
-only a crash of the whole host can lose it, and a host crash ends every container
-too (cgroups live in memory, and no GPU container is restarted at boot). So the
-journal is fdatasync'ed in the background (`sync()`, every
---ledger_flush_interval), and a ledger written before the current boot is known
-to describe containers that no longer exist: recovery then drops what it cannot
-read after a reboot (setting the file aside, with a log line), and still checks
-the kernel and Docker for anything of ours. In the same boot an unreadable record
-is refused with an error naming the file: the daemon never guesses who holds a
-GPU. A torn last line (a write cut by the crash) is the one exception: it was
-never acknowledged, so it is dropped.
-
-The daemon compacts (a new snapshot, an empty journal) at start, at stop and when
-the journal grows past COMPACT_BYTES.
-
-A full or failing disk: a change is acknowledged only once its whole record is in
-the journal. An append that fails (ENOSPC, EIO, a short write: a full disk takes
-what fits) is cut off again (ftruncate to the last whole record, so no torn line
-is left between records) and raises LedgerUnwritable, which names the file and
-the error: the caller changes nothing and answers 503. A compaction that fails
-costs nothing (the journal still has every change since the last snapshot). A
-failed fdatasync (a disk that fails on write-back) is remembered: until a new
-snapshot is written and synced again, every append is fdatasync'ed before it
-counts (refused when that fails), and each one that succeeds makes a snapshot due:
-the snapshot holds again what was written while the disk failed.
-"""
+"""The durable record of which container holds which GPUs, and who owns it: a
+snapshot (ledger.json) and a journal of every change since (ledger.journal),
+each change appended before the daemon answers. Why an append, and what a full or
+failing disk does: ARCHITECTURE.md, "The node side in detail"."""
 import errno
 import hashlib
 import json

@@ -6,7 +6,7 @@ what it says. From its pid the daemon reads, in /proc, the process's start time
 agent started, the Mesos names in its environment: framework, executor, the
 Mesos container it runs in (the last part of its sandbox path) and the agent's
 address. A container lives as long as its owner does; when the owner is gone the
-container is stopped and its GPUs go back (isolator/daemon/reconciler.py).
+container is stopped and its GPUs go back (isolator/containers/orphan_sweep.py).
 """
 import os
 from dataclasses import dataclass
@@ -130,7 +130,7 @@ class Owner:
 
 
 def my_owner() -> Owner:
-    """This process as an owner (a daemon's service called in-process, in tests)."""
+    """This process as an owner (the GPU isolator called in-process, in tests)."""
     owner = Owner.of_process(os.getpid())
     assert owner is not None
     return owner

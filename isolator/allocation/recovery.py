@@ -1,34 +1,7 @@
-"""Recovery: the ledger, checked against what the kernel and Docker hold.
-
-For each recorded container:
-- a MESOS container: its cgroup (at the path its id determines, so one created just
-  before a crash is found too) must exist and hold a process; otherwise the
-  container has ended. A live one keeps the GPUs both the ledger grants and the
-  kernel allows (an update cut short by a crash ends on the smaller side), and its
-  device rules are written again to match exactly, a drift logged;
-- a MESOS container's MIG devices are read back the same way, by their capability
-  nodes (the parent's /dev/nvidia<N> is shared by its siblings and tells nothing):
-  one neither of whose two nodes the kernel allows is not the container's there
-  (an update cut short: the ledger is written first) and is let go, as a whole GPU
-  is; one with a node missing, or another instance's node allowed, drifted (no
-  write of ours leaves that: a rule removed or added behind our back) and is
-  restored, logged;
-- a DOCKER container: the engine is asked which labelled containers are alive; a dead
-  one gives its GPUs back; while the engine does not answer, nothing is released;
-- prepared but never isolated: kept (its executor may be about to isolate it)
-  until --prepare_timeout, see AgentService.reap. A cgroup without a process is an
-  isolate the crash cut short before the move: removed, so that the isolate asked
-  again makes it anew.
-A container that ended keeps its GPUs while its owner lives: the owner still
-holds them until its cleanup (an executor cleans up after its task ended, and the
-crash may fall in between). Only one whose owner is gone is released here; the
-reconciler releases the others when their owner ends, or when no cleanup comes
-within a reconcile interval. So a restart never gives away what a living owner
-holds.
-Cgroups under our root that no record names lose every GPU rule (and are removed
-when empty). So after a crash at any point no GPU is open to two live
-containers, and no GPU stays held by a container that is gone.
-"""
+"""Recovery at start: the ledger checked against what the kernel and Docker hold,
+so that after a crash at any point no GPU is open to two live containers and none
+stays held by a container that is gone, while a living owner keeps what it holds.
+The rules per container: ARCHITECTURE.md, "The node side in detail"."""
 import logging
 from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -118,7 +91,7 @@ class Recovery:
         if h.state == "prepared" and not pids:
             if existing:                         # an isolate cut short before the move
                 self.cgroups.remove(existing)
-            return h                             # not isolated yet; see reap
+            return h                             # not isolated yet; see orphan_sweep.py
         if not pids:
             if self._owner_lives(h):
                 return h

@@ -2,8 +2,8 @@
 
 On a hybrid host the daemon may enforce in the v1 devices hierarchy, on the
 cgroup2 tree, or both; the kernel then lets an open through only if every
-hierarchy allows it. This class hides the difference from the service, recovery
-and the reconciler: each hierarchy is an isolation backend (isolator/cgroups/backends/)
+hierarchy allows it. This class hides the difference from the isolator, recovery
+and the orphan sweep: each hierarchy is an isolation backend (isolator/cgroups/backends/)
 named like the hierarchy ("v1", "v2"), and every operation is the same call on
 each: create (all or nothing), apply, read back, remove.
 """

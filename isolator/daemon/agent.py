@@ -5,10 +5,9 @@ to manage (--nvidia_gpu_devices / --resources=gpus:N), reads their topology,
 builds the driver volume, recovers the ledger against the kernel and Docker,
 and logs what it found. Then it serves the local API on <work_dir>/agent.sock
 (and, with --metrics_address, /metrics and /v1/health over TCP), watches the
-GPUs' health (isolator/health/health_monitor.py; the state in <work_dir>/health.json)
-and reconciles every holding with its owner, the Mesos agent, the kernel and
-Docker (isolator/daemon/reconciler.py) until SIGTERM or SIGINT, writes a last ledger
-snapshot and exits 0.
+GPUs' health (isolator/gpu_health/monitor.py; the state in <work_dir>/health.json)
+and sweeps up what nobody owns (isolator/containers/orphan_sweep.py) until SIGTERM or
+SIGINT, writes a last ledger snapshot and exits 0.
 One daemon per work_dir: a second one is refused (the lock file names the first).
 A start refused for bad flags or an unusable host leaves no new work_dir behind.
 """
@@ -26,21 +25,22 @@ from isolator.cgroups import cgroup_host
 from isolator.discovery import devices, nvml
 from isolator.daemon import flags, side_services
 from isolator.daemon.mig_watch import MigWatch
-from isolator.health import gpu_health
+from isolator.gpu_health import book
 from isolator.metrics import metrics
 from isolator.discovery import topology as topology_mod
-from isolator.health.health_monitor import HealthMonitor
+from isolator.gpu_health.monitor import GpuHealthMonitor
 from isolator.daemon.metrics_server import MetricsServer
-from isolator.health.xid_catalog import Classifier, parse_overrides
+from isolator.gpu_health.xid_catalog import Classifier, parse_overrides
 from isolator.cgroups.container_cgroups import ContainerCgroups
 from isolator.allocation.docker_state import DockerState
 from isolator.discovery import mig
 from isolator.discovery.gpu import MIG_ENABLED, Inventory
 from isolator.api import SOCKET_NAME
 from isolator.allocation.ledger import Ledger
-from isolator.daemon.reconciler import Reconciler
+from isolator.containers.orphan_sweep import OrphanSweep
 from isolator.daemon.server import AgentServer
-from isolator.daemon.service import AgentService
+from isolator.containers.faults import FaultResponse
+from isolator.containers.isolator import GpuIsolator
 from isolator.sharing import compute_mode, mps_control, plan as share_plan
 from common.errors import UserError
 
@@ -109,11 +109,11 @@ def _log_devices(dev_dir: str, managed) -> None:
         log.warning("GPU device nodes missing under %s: %s", dev_dir, ", ".join(missing))
 
 
-def build_service(args) -> AgentService:
+def build_isolator(args) -> GpuIsolator:
     """Everything the daemon needs, discovered (the flags are checked by run())."""
-    health_path = os.path.join(args.work_dir, gpu_health.FILE_NAME)
+    health_path = os.path.join(args.work_dir, book.FILE_NAME)
     inventory = nvml.discover(args.nvml_library,
-                              known=gpu_health.known_gpus(health_path).values(),
+                              known=book.known_gpus(health_path).values(),
                               caps=flags.nvidia_caps(args))
     selection = flags.select_gpus(inventory, args.nvidia_gpu_devices, args.resources)
     host = cgroup_host.detect()
@@ -142,15 +142,14 @@ def build_service(args) -> AgentService:
     shares = share_plan.plan_of(args, [g for g in managed if g.key == g.minor])  # never a MIG GPU
     volume = _volume(args, inventory, managed)
     mps = _mps_controls(args, shares, volume)
-    service = AgentService(
+    return GpuIsolator(
         inventory=inventory, managed=managed, topology=topo,
         ledger=Ledger(args.work_dir),
         cgroups=ContainerCgroups(host, versions, args.cgroups_root),
         dev_dir=args.dev_dir, docker=docker, volume=volume,
         nvml_library=args.nvml_library, prepare_timeout=args.prepare_timeout,
-        health=gpu_health.HealthBook(physical, health_path, args.health_quiet_period),
-        kill_on_fault=args.on_gpu_fault == "kill", shares=shares, mps=mps)
-    return service
+        health=book.HealthBook(physical, health_path, args.health_quiet_period),
+        shares=shares, mps=mps)
 
 
 def _mps_controls(args, shares: share_plan.SharePlan, volume: Optional[Dict]) -> Dict:
@@ -206,7 +205,7 @@ def _closed_ancestor(path: str) -> str:
         parent = os.path.dirname(parent)
 
 
-def _quit_unshared(args, service: AgentService) -> None:
+def _quit_unshared(args, isolator: GpuIsolator) -> None:
     """Quit the control daemon of a GPU shared under MPS last run and not now (after
     recovery: a tenant still on it refuses the start before its MPS is touched)."""
     root = os.path.join(args.work_dir, "mps")
@@ -214,7 +213,7 @@ def _quit_unshared(args, service: AgentService) -> None:
         return
     for name in os.listdir(root):
         minor = name[len("nvidia"):]
-        if minor.isdigit() and int(minor) not in service.mps:
+        if minor.isdigit() and int(minor) not in isolator.mps:
             control = mps_control.MpsControl("", root, int(minor), "", 100, 0)
             control.stop_adopted()
             try:
@@ -223,9 +222,9 @@ def _quit_unshared(args, service: AgentService) -> None:
                 log.warning("%s (it stays as it is)", e)
 
 
-def _housekeeping(service: AgentService, stop: threading.Event, sync_every: float) -> None:
+def _housekeeping(isolator: GpuIsolator, stop: threading.Event, sync_every: float) -> None:
     """fdatasync the ledger journal (each change is already written to it)."""
-    ledger = service.ledger
+    ledger = isolator.ledger
     while not stop.wait(sync_every):
         failing = ledger.sync_error is not None
         try:
@@ -265,22 +264,23 @@ def run(args) -> int:
         stop = threading.Event()
         extras = metrics_server = monitor = None
         try:
-            service = build_service(args)
-            service.recover()
-            _quit_unshared(args, service)
-            service.health.load()
+            isolator = build_isolator(args)
+            faults = FaultResponse(isolator, kill_on_fault=args.on_gpu_fault == "kill")
+            isolator.recover()
+            _quit_unshared(args, isolator)
+            isolator.health.load()
             # Before the API socket: once it exists (systemd's readiness check) all is served.
-            extras = side_services.start(args, service)     # plugin, REST API, CDI, driver watch
+            extras = side_services.start(args, isolator)     # plugin, REST API, CDI, driver watch
             latency = metrics.Histograms()
             if args.metrics_address:
-                metrics_server = MetricsServer(args.metrics_address, service, latency)
-            monitor = HealthMonitor(list(service.physical.values()), service.health,
-                                    Classifier(parse_overrides(args.xid_override)),
-                                    service.gpu_fault, args.nvml_library,
-                                    args.health_poll_interval)
-            service.monitor = monitor
+                metrics_server = MetricsServer(args.metrics_address, isolator, latency)
+            monitor = GpuHealthMonitor(list(isolator.physical.values()), isolator.health,
+                                       Classifier(parse_overrides(args.xid_override)),
+                                       faults.gpu_fault, args.nvml_library,
+                                       args.health_poll_interval)
+            isolator.monitor = monitor
             threads = monitor.start(stop)
-            server = AgentServer(socket_path(args.work_dir), service, latency=latency)
+            server = AgentServer(socket_path(args.work_dir), isolator, latency=latency)
         except BaseException:
             stop.set()
             for part in (extras, metrics_server):
@@ -302,20 +302,20 @@ def run(args) -> int:
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
         keeper = threading.Thread(target=_housekeeping, name="housekeeping", daemon=True,
-                                  args=(service, stop, args.ledger_flush_interval))
+                                  args=(isolator, stop, args.ledger_flush_interval))
         keeper.start()
-        reconciler = Reconciler(service, args.reconcile_interval)
-        threads += reconciler.start(stop)
-        if service.mps:
+        sweep = OrphanSweep(isolator, args.reconcile_interval)
+        threads += sweep.start(stop)
+        if isolator.mps:
             threads.append(threading.Thread(
                 target=mps_control.watch, name="mps-watch", daemon=True,
-                args=(list(service.mps.values()), stop, MPS_WATCH_INTERVAL,
-                      service.mps_restarted),
-                kwargs={"on_server_failure": service.mps_server_failed}))
+                args=(list(isolator.mps.values()), stop, MPS_WATCH_INTERVAL,
+                      faults.mps_restarted),
+                kwargs={"on_server_failure": faults.mps_server_failed}))
             threads[-1].start()
-        threads += MigWatch(service, args.nvml_library, flags.nvidia_caps(args),
+        threads += MigWatch(isolator, args.nvml_library, flags.nvidia_caps(args),
                             args.driver_check_interval).start(stop)
-        log.info("reconciling holdings every %g s (and at once when an owner ends)",
+        log.info("sweeping holdings nobody owns every %g s (and at once when an owner ends)",
                  args.reconcile_interval)
         if metrics_server is not None:
             threads.append(threading.Thread(target=metrics_server.serve_forever,
@@ -329,7 +329,7 @@ def run(args) -> int:
             server.serve_forever(poll_interval=0.2)
         finally:
             stop.set()
-            reconciler.wake.set()
+            sweep.wake.set()
             monitor.wake.set()
             server.server_close()
             if metrics_server is not None:
@@ -340,9 +340,9 @@ def run(args) -> int:
             for t in [keeper, *threads]:
                 t.join(timeout=max(0.0, deadline - time.monotonic()))
             monitor.close()
-            service.close()
-        log.info("stopped: %d containers hold %d GPUs (ledger %s)", len(service.holdings),
-                 len(service.allocator.allocated), service.ledger.path)
+            isolator.close()
+        log.info("stopped: %d containers hold %d GPUs (ledger %s)", len(isolator.holdings),
+                 len(isolator.allocator.allocated), isolator.ledger.path)
         return 0
     finally:
         os.close(lock_fd)

@@ -19,7 +19,7 @@ import pynvml
 from isolator import api
 from isolator.daemon import cdi_spec
 from isolator.discovery import nvml
-from isolator.daemon.service import AgentService
+from isolator.containers.isolator import GpuIsolator
 from volumes import builder, cdi, in_use
 from volumes.plugin import VolumePlugin
 from common.errors import UserError
@@ -39,12 +39,12 @@ def running_driver_version(library: Optional[str]) -> str:
 
 
 class DriverWatch:
-    def __init__(self, *, service: AgentService, driver_root: str, volume_root: str,
+    def __init__(self, *, isolator: GpuIsolator, driver_root: str, volume_root: str,
                  build_volume: bool, cdi_path: Optional[str], dev_dir: str,
                  nvml_library: Optional[str], docker_url: Optional[str],
                  plugin: Optional[VolumePlugin] = None, interval: float = 30.0,
                  on_change: Optional[Callable[[str], None]] = None) -> None:
-        self.service = service
+        self.isolator = isolator
         self.driver_root = driver_root
         self.volume_root = volume_root
         self.build_volume = build_volume
@@ -55,7 +55,7 @@ class DriverWatch:
         self.plugin = plugin
         self.interval = interval
         self.on_change = on_change
-        self.version: Optional[str] = service.inventory.driver_version
+        self.version: Optional[str] = isolator.inventory.driver_version
         self.volume: Optional[builder.Volume] = None
         self._kept: Dict[str, str] = {}          # version -> why it was kept (logged once)
         self._failing: Optional[str] = None
@@ -67,7 +67,7 @@ class DriverWatch:
     def start(self) -> "DriverWatch":
         """The first check (its errors stop the daemon: a CDI spec that cannot be
         written is a flag to fix), then the thread."""
-        if self.build_volume and self.version and self.service.gpus:
+        if self.build_volume and self.version and self.isolator.gpus:
             self.volume = builder.build(self.version, self.driver_root, self.volume_root)
             self._write_cdi()
             try:
@@ -94,7 +94,7 @@ class DriverWatch:
 
     def check(self) -> None:
         """One round: follow a driver change, keep the CDI spec there, collect."""
-        if not self.build_volume or not self.service.gpus:
+        if not self.build_volume or not self.isolator.gpus:
             return
         version = running_driver_version(self.nvml_library)
         if version != self.version:
@@ -106,8 +106,8 @@ class DriverWatch:
         log.info("the NVIDIA driver changed from %s to %s: building its volume", self.version,
                  version)
         volume = builder.build(version, self.driver_root, self.volume_root)
-        with self.service.lock:
-            self.service.volume = api.Volume(name=volume.name, path=str(volume.path))
+        with self.isolator.lock:
+            self.isolator.volume = api.Volume(name=volume.name, path=str(volume.path))
         if self.plugin is not None:
             with self.plugin.lock:
                 self.plugin.driver_version = version
@@ -120,8 +120,8 @@ class DriverWatch:
     def _write_cdi(self) -> None:
         if self.cdi_path is None or self.volume is None:
             return
-        with self.service.lock:     # a MIG device gone from NVML (withdrawn) is not offered
-            units = [g for k, g in self.service.gpus.items() if k not in self.service.withdrawn]
+        with self.isolator.lock:     # a MIG device gone from NVML (withdrawn) is not offered
+            units = [g for k, g in self.isolator.gpus.items() if k not in self.isolator.withdrawn]
         spec = cdi_spec.node_spec(units, self.volume, self.dev_dir)
         if Path(self.cdi_path).exists() and cdi.read(self.cdi_path) == spec:
             return                  # checked every round: only a change is written and logged

@@ -139,7 +139,7 @@ def add_daemon_arguments(p: argparse.ArgumentParser) -> None:
                         "period doubles each time the GPU became unhealthy in the last 24 h "
                         "(default 120)")
     p.add_argument("--xid_override", metavar="XID=EFFECT[,...]",
-                   help="change what an XID does (see isolator/health/xid_catalog.py): "
+                   help="change what an XID does (see isolator/gpu_health/xid_catalog.py): "
                         "application (counted only), unhealthy (no new work on the GPU), "
                         "kill (also stop the work on it), e.g. 13=unhealthy,92=application. "
                         "XIDs not in NVIDIA's catalogue count as unhealthy")
@@ -330,7 +330,7 @@ def check_daemon_values(args) -> None:
         if not (value > 0 and math.isfinite(value)):    # inf overflows the timer waits
             raise FlagError(f"--{name}={value}: must be a positive number of seconds")
     check_work_dir(args.work_dir)
-    from isolator.health.xid_catalog import parse_overrides
+    from isolator.gpu_health.xid_catalog import parse_overrides
     try:
         parse_overrides(args.xid_override)
         check_metrics_address(args.metrics_address)

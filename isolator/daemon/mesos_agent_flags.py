@@ -1,40 +1,7 @@
-"""The lines to add to the `mesos-agent` command line for the GPUs this node manages.
-
-`--resources` gets gpus:N (the operator's other resources are kept), and
-`--attributes` describe the GPUs so frameworks can match on them:
-
-    gpu_type                normalised model family, e.g. tesla_k80, tesla_v100
-    gpu_model               the full model name, normalised, e.g. tesla_v100_sxm2_16gb
-    gpu_types               every family on the node, joined with '/'
-    gpu_memory_mb           memory of the smallest GPU, MiB
-    gpu_compute_capability  the lowest compute capability, e.g. 3.7
-    nvidia_driver           driver version, e.g. 535.54.03
-    cuda_driver             highest CUDA version the driver supports, e.g. 12.2
-    platform_features       what images may ask for (isolator.discovery.platform_features),
-                            '/'-joined: nvidia-535-54/cuda-12-2/nv-compute-3-7/
-                            x86-64-v3/broadwell; on a node without GPUs the CPU's only
-    gpu_metrics_port        with --metrics_address: the port of the daemon's read-only
-                            HTTP endpoint (GPU health for the framework, /metrics)
-    gpu_sharing             with --shared_gpus: mps or time-slicing
-    gpu_share_granularity   the smallest share (shares are multiples of it), e.g. 0.25
-    gpu_share_max           the largest share one task may hold (MPS: the cap the control
-                            daemon enforces on every client; time-slicing: 1)
-
-With --shared_gpus, the shared GPUs are not counted in gpus:N: each is a resource
-of its own, gpu_shares_<NVML index>:<slots> (isolator/sharing/plan.py says why).
-
-    gpu_mig_profile         on a node whose GPUs are all in MIG mode with one profile
-                            (`single`): that profile; `gpus` then counts MIG devices
-
-MIG devices (isolator/daemon/mig_resources.py): a GPU in MIG mode is never counted
-in `gpus` whole; on a `mixed` node each profile is a resource, mig-1g.18gb:3.
-
-On a node with several GPU models, gpu_type and gpu_model name the most common
-one (ties: the first by NVML index), gpu_types lists all of them, and memory and
-compute capability are the minimum: an attribute never promises more than the
-weakest GPU a task may be given. Values are Mesos attribute text
-([a-zA-Z0-9_/.-]) or scalars.
-"""
+"""The lines to add to the `mesos-agent` command line for the GPUs this node manages:
+`--resources` (gpus:N, shares, MIG profiles; the operator's others kept) and
+`--attributes` that describe the GPUs without promising more than the weakest.
+Each attribute: ARCHITECTURE.md, "The node side in detail"."""
 import json
 import os
 import re

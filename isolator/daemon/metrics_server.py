@@ -20,7 +20,7 @@ from typing import Optional, Tuple
 from common.errors import UserError
 from isolator.metrics import metrics
 from isolator.daemon.server import AgentServer
-from isolator.daemon.service import AgentService
+from isolator.containers.isolator import GpuIsolator
 
 WORKERS = 2
 
@@ -38,10 +38,10 @@ def parse_address(text: str, flag: str = "--metrics_address") -> Tuple[str, int]
 class MetricsServer(AgentServer):
     worker_name = "metrics-worker"
 
-    def __init__(self, address: str, service: AgentService,
+    def __init__(self, address: str, isolator: GpuIsolator,
                  latency: Optional[metrics.Histograms] = None) -> None:
         self.host, self.port = parse_address(address)
-        super().__init__(address, service, WORKERS, latency)
+        super().__init__(address, isolator, WORKERS, latency)
         self.port = self.sock.getsockname()[1]
         self.routes = {"/metrics": ("GET", self._metrics), "/v1/health": ("GET", self._health)}
 

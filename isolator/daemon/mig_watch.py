@@ -19,22 +19,22 @@ from typing import Dict, List, Optional, Set
 from isolator.discovery import nvml
 from isolator.discovery.mig import MigDevice
 from isolator.discovery.nvidia_caps import NvidiaCaps
-from isolator.daemon.service import AgentService
+from isolator.containers.isolator import GpuIsolator
 
 log = logging.getLogger("mesos-gpu.agent")
 
 
 class MigWatch:
-    def __init__(self, service: AgentService, library: Optional[str], caps: NvidiaCaps,
+    def __init__(self, isolator: GpuIsolator, library: Optional[str], caps: NvidiaCaps,
                  interval: float) -> None:
-        self.service = service
+        self.isolator = isolator
         self.library = library
         self.caps = caps
         self.interval = interval
         self._said_new: Set[str] = set()
 
     def managed(self) -> Dict[int, MigDevice]:
-        return {k: g for k, g in self.service.gpus.items() if isinstance(g, MigDevice)}
+        return {k: g for k, g in self.isolator.gpus.items() if isinstance(g, MigDevice)}
 
     def check(self) -> None:
         """One comparison of NVML's MIG devices with the managed ones."""
@@ -43,11 +43,11 @@ class MigWatch:
             return                              # NVML not answering: nothing is concluded
         present = {d.uuid for d in inventory.mig_devices}
         gone = {k: g for k, g in self.managed().items() if g.uuid not in present}
-        holders = self.service.holders()
+        holders = self.isolator.holders()
         why = {k: (f"MIG device {g.uuid} ({g.profile}, GPU {g.index} GI {g.gpu_instance_id} "
                    f"CI {g.compute_instance_id}) is gone from NVML: the MIG layout changed")
                for k, g in gone.items()}
-        for k in self.service.withdraw(why):
+        for k in self.isolator.withdraw(why):
             held = holders.get(k)
             log.warning("%s; withdrawn: never given again%s", why[k],
                         f"; container {held} still holds it and keeps it until its task "

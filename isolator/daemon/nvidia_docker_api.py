@@ -1,26 +1,7 @@
 """nvidia-docker v1's REST API, served by the agent daemon (--nvidia_docker_api
-HOST:PORT), so scripts written for nvidia-docker-plugin keep working:
-
-    GET /v1.0/gpu/info[/json]     driver and CUDA versions, each GPU's properties
-    GET /v1.0/gpu/status[/json]   each GPU's power, temperature, use, clocks, processes
-    GET /v1.0/docker/cli[/json]   ?dev=0+1|GPU-uuid-prefix&vol=nvidia_driver: docker run flags
-    GET /v1.0/mesos/cli           the mesos-agent flags
-
-The same routes answer without the /v1.0 prefix, and the answers have
-nvidia-docker's shapes: the same JSON fields and units (MiB, MHz, W, MB/s, °C),
-`null` for what the hardware cannot tell, text tables aligned the same way,
-400 with "invalid device: X" / "invalid volume: X". Two answers differ on
-purpose:
-- /docker/cli mounts the volume `ro,nocopy` (with `ro` alone dockerd copies an
-  image's /usr/local/nvidia into the driver volume at the first mount);
-- /mesos/cli gives flags Mesos 1.x accepts (`--resources=gpus:N` and readable
-  attributes, as `mesos-gpu agent flags`); nvidia-docker's
-  `gpus:{uuid,...}` set resource and base64 attribute are refused by Mesos
-  since 1.0 ("gpus" must be a scalar).
-
-The GPUs are the ones the daemon manages, by NVML index; devices and volume
-are those of the daemon's Docker volume plugin, which must be served too.
-"""
+HOST:PORT) with nvidia-docker's answer shapes, so scripts written for
+nvidia-docker-plugin keep working. Routes, and the two answers that differ on
+purpose: ARCHITECTURE.md, "The node side in detail"."""
 import json
 import logging
 import os
@@ -35,7 +16,7 @@ import pynvml
 from isolator.discovery import devices, nvml, platform_features
 from isolator.daemon import mesos_agent_flags
 from isolator.discovery.gpu import Gpu
-from isolator.daemon.service import AgentService
+from isolator.containers.isolator import GpuIsolator
 from volumes import environment, plugin
 from common.errors import UserError
 
@@ -284,27 +265,27 @@ class _BadRequest(Exception):
 
 
 class NvidiaDockerApi:
-    """The API over one agent service; `serve()` starts it in a thread."""
+    """The API over one GPU isolator; `serve()` starts it in a thread."""
 
-    def __init__(self, service: AgentService, address: str, plugin_name: str,
+    def __init__(self, isolator: GpuIsolator, address: str, plugin_name: str,
                  dev_dir: str = "/dev", nvml_library: Optional[str] = None) -> None:
-        self.service = service
+        self.isolator = isolator
         self.address = parse_address(address)
         self.plugin_name = plugin_name
         self.dev_dir = dev_dir
-        self.report = GpuReport(list(service.gpus.values()), nvml_library)
+        self.report = GpuReport(list(isolator.gpus.values()), nvml_library)
         self._server: Optional[HTTPServer] = None
         self._thread: Optional[threading.Thread] = None
 
     # answers
     def gpu_info(self) -> Dict[str, Any]:
-        inv = self.service.inventory
+        inv = self.isolator.inventory
         return self.report.info(inv.driver_version, inv.cuda_driver_version)
 
     def docker_cli(self, query: Dict[str, List[str]]) -> Dict[str, Any]:
         devs = (query.get("dev") or [""])[0].split()
         vols = (query.get("vol") or [""])[0].split()
-        gpus = sorted(self.service.gpus.values(), key=lambda g: g.index)
+        gpus = sorted(self.isolator.gpus.values(), key=lambda g: g.index)
         if not devs or devs == ["*"]:
             chosen = gpus
         else:
@@ -315,7 +296,7 @@ class NvidiaDockerApi:
                 if not match:
                     raise _BadRequest(f"invalid device: {d}")
                 chosen += [g for g in match[:1] if g not in chosen]
-        volume = self.service.volume
+        volume = self.isolator.volume
         if volume is None:
             raise _BadRequest("no driver volume on this node (--driver_volume none)")
         version = volume.name[len("nvidia_"):]
@@ -332,8 +313,8 @@ class NvidiaDockerApi:
         return host_path if host_path == inside else f"{host_path}:{inside}"
 
     def mesos_cli(self) -> str:
-        gpus = sorted(self.service.gpus.values(), key=lambda g: g.index)
-        inv = self.service.inventory
+        gpus = sorted(self.isolator.gpus.values(), key=lambda g: g.index)
+        inv = self.isolator.inventory
         platform = platform_features.for_gpus(inv.driver_version, inv.cuda_driver_version, gpus,
                                               platform_features.read_cpu())
         # nvidia-docker's order: attributes first

@@ -42,7 +42,7 @@ from isolator import api
 from isolator.metrics import metrics
 from isolator.errors import AgentError, BadRequest, NotFound, Unavailable
 from isolator.allocation.owner import Owner
-from isolator.daemon.service import AgentService
+from isolator.containers.isolator import GpuIsolator
 
 log = logging.getLogger("mesos-gpu.agent")
 MAX_BODY = 1 << 20
@@ -158,7 +158,7 @@ class AgentServer:
     same server on a TCP address with the read-only routes only."""
     worker_name = "api-worker"
 
-    def __init__(self, socket_path: str, service: AgentService, workers: int = WORKERS,
+    def __init__(self, socket_path: str, service: GpuIsolator, workers: int = WORKERS,
                  latency: Optional[metrics.Histograms] = None) -> None:
         self.socket_path = socket_path
         self.service = service

@@ -18,7 +18,7 @@ from typing import Optional, Set
 
 from isolator.daemon.driver_watch import DriverWatch
 from isolator.daemon.nvidia_docker_api import NvidiaDockerApi, parse_address
-from isolator.daemon.service import AgentService
+from isolator.containers.isolator import GpuIsolator
 from volumes import cdi
 from volumes.plugin import MAX_SOCKET_PATH, PluginServer, VolumePlugin
 from common.errors import UserError
@@ -81,15 +81,15 @@ class SideServices:
                     log.exception("stopping %s failed", type(part).__name__)
 
 
-def start(args, service: AgentService) -> SideServices:
+def start(args, isolator: GpuIsolator) -> SideServices:
     """Start what the flags ask for; on an error, stop what was started."""
     side = SideServices()
     try:
-        building = args.driver_volume == "build" and service.volume is not None
+        building = args.driver_volume == "build" and isolator.volume is not None
         plugin = None
         if _on(args.volume_plugin):
             if building:
-                plugin = VolumePlugin(service.inventory.driver_version, args.driver_root,
+                plugin = VolumePlugin(isolator.inventory.driver_version, args.driver_root,
                                       args.volume_root, keep=lambda: _current(side))
                 side.plugin_server = PluginServer(plugin, args.plugin_socket_dir,
                                                   args.volume_plugin).start()
@@ -98,14 +98,14 @@ def start(args, service: AgentService) -> SideServices:
                          "(no GPU managed or no driver)", args.volume_plugin)
         docker = args.docker_socket if _on(args.docker_socket) else None
         side.watch = DriverWatch(
-            service=service, driver_root=args.driver_root, volume_root=args.volume_root,
+            isolator=isolator, driver_root=args.driver_root, volume_root=args.volume_root,
             build_volume=building, cdi_path=args.cdi_spec if _on(args.cdi_spec) else None,
             dev_dir=args.dev_dir, nvml_library=args.nvml_library, docker_url=docker,
             plugin=plugin, interval=args.driver_check_interval).start()
         if _on(args.cdi_spec) and not building:
             log.info("not writing the CDI spec %s: no driver volume on this node", args.cdi_spec)
         if _on(args.nvidia_docker_api):
-            side.api = NvidiaDockerApi(service, args.nvidia_docker_api, args.volume_plugin,
+            side.api = NvidiaDockerApi(isolator, args.nvidia_docker_api, args.volume_plugin,
                                        args.dev_dir, args.nvml_library).serve()
     except BaseException:
         side.close()

@@ -173,7 +173,7 @@ def schedulable(gpus: Sequence[Gpu], mig_devices: Sequence[MigDevice]) -> List[G
 
 def caps_nodes(units: Sequence[Gpu]) -> Dict[int, Tuple[Tuple[int, int], ...]]:
     """key -> the capability nodes (major, minor) of each MIG device among `units` that
-    can be isolated: what recovery and the reconciler read back from the kernel."""
+    can be isolated: what recovery and the orphan sweep read back from the kernel."""
     return {u.key: u.caps() for u in units if isinstance(u, MigDevice) and u.isolatable}
 
 

@@ -1,42 +1,7 @@
-"""Platform features: what a node's driver, GPUs and CPU offer to an image.
-
-One vocabulary serves both sides. A node publishes its features (the agent
-attribute `platform_features`, `mesos-gpu info`); an entry of an image index
-names, in `platform.features`, the features it needs. The names:
-
-    nvidia-<major>-<minor>      the NVIDIA driver, 535.54.03 -> nvidia-535-54
-    cuda-<major>-<minor>        the newest CUDA version the driver supports
-    nv-compute-<major>-<minor>  a GPU's compute capability, 3.7 -> nv-compute-3-7
-    x86-64-v2 .. x86-64-v4      the CPU's x86-64 psABI level
-    <microarchitecture>         the CPU's family: sandybridge ivybridge haswell
-                                broadwell skylake skylake512 cascadelake icelake
-                                sapphirerapids (Intel), zen zen2 zen3 zen4 zen5 (AMD)
-
-A node publishes what it is; a need is met when:
-
-    nvidia-A-B      the driver is A.B (exactly: a build for one driver)
-    cuda-A-B        the driver supports CUDA A.B or newer
-    nv-compute-A-B  EVERY GPU of the node has compute capability A.C with C >= B
-                    (CUDA's rule: a binary runs on its major revision at an equal
-                    or higher minor; every GPU, because a task may get any of them)
-    x86-64-vN       the CPU is level N or higher
-    <family>        the CPU is that family or a later one of the same line
-                    (skylake512 meets skylake, broadwell, haswell, ...); a family
-                    also meets the x86-64 level it implies
-
-The CPU rules, from /proc/cpuinfo (the flags every processor block lists, so a
-node whose CPUs differ promises only what all of them have):
-
-- x86-64 levels are the psABI's, in the kernel's flag names: v1 is lm cmov cx8
-  fpu fxsr mmx syscall sse sse2; v2 adds cx16 lahf_lm popcnt pni (SSE3) sse4_1
-  sse4_2 ssse3; v3 adds avx avx2 bmi1 bmi2 f16c fma abm (LZCNT) movbe xsave; v4
-  adds avx512f avx512bw avx512cd avx512dq avx512vl. A level needs all flags of
-  the levels below it.
-- A family needs its vendor_id, all flags of its parent family and the flags in
-  FAMILIES below; the node's family is the last one of the line whose flags are
-  all present. Flags hypervisors are seen to hide (pku, clzero, rdseed in AMD
-  guests) are not required where another flag tells the generation apart.
-"""
+"""Platform features: what a node's driver, GPUs and CPU offer to an image, in one
+vocabulary a node publishes (`platform_features`) and an image index entry needs
+(`platform.features`). The names, when a need is met, and the CPU rules read from
+/proc/cpuinfo: ARCHITECTURE.md, "The node side in detail"."""
 import os
 import re
 from dataclasses import dataclass, field

@@ -1,28 +1,7 @@
-"""Per-GPU, GPU health and per-task series of the daemon's /metrics.
-
-Per GPU, the names NVIDIA's DCGM exporter uses (so its dashboards work as
-they are): DCGM_FI_DEV_GPU_UTIL, _MEM_COPY_UTIL, _FB_USED/_FB_FREE/_FB_TOTAL
-(MiB), _GPU_TEMP (C), _POWER_USAGE (W), _XID_ERRORS (the last XID seen, 0
-for none), the ECC counts (_ECC_SBE_VOL_TOTAL ... _ECC_DBE_AGG_TOTAL), retired
-pages (_RETIRED_SBE, _RETIRED_DBE, _RETIRED_PENDING) and remapped rows
-(_CORRECTABLE_REMAPPED_ROWS, _UNCORRECTABLE_REMAPPED_ROWS, _ROW_REMAP_FAILURE,
-_ROW_REMAP_PENDING). Each GPU carries DCGM's labels (gpu = NVML index, UUID,
-device, modelName, Hostname) and ours: minor, and while a container holds it
-the container_id, task_id, framework_id and app_id its executor named (empty
-when free). A figure the GPU does not report is left out, as DCGM does.
-
-The figures are the health monitor's last poll (--health_poll_interval; its
-age is mesos_gpu_gpu_sample_age_seconds): a scrape reads memory, it does not
-call NVML, so any number of scrapers cost the GPUs nothing.
-
-Ours: mesos_gpu_gpu_health (one series per state, 1 for the current one),
-mesos_gpu_gpus_unhealthy, health transitions, XIDs by code and effect, ECC
-events, self-checks, containers stopped for a GPU fault, NVML errors by
-function, event-set restarts; and per task
-(the container's own processes, by their cgroups: process_containers.py)
-mesos_gpu_task_gpu_memory_used_bytes, mesos_gpu_task_gpu_utilization_percent
-and mesos_gpu_task_gpu_processes.
-"""
+"""Per-GPU, GPU health and per-task series of the daemon's /metrics: per GPU under
+the names and labels of NVIDIA's DCGM exporter (so its dashboards work), read from
+the health monitor's last poll, never from NVML at scrape time. The series:
+ARCHITECTURE.md, "The node side in detail"."""
 import socket
 import time
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
@@ -30,15 +9,15 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
 from isolator.allocation import process_containers
 from isolator.api import TaskLabels
 from isolator.discovery.gpu import Gpu
-from isolator.health.gpu_health import STATES
+from isolator.gpu_health.book import STATES
 from isolator.allocation.ledger import Holding
 from isolator.metrics.exposition import Text
-from isolator.health.health_monitor import STUCK_AFTER
-from isolator.health import nvml_health
-from isolator.health.nvml_health import DeviceSample
+from isolator.gpu_health.monitor import STUCK_AFTER
+from isolator.gpu_health import nvml_health
+from isolator.gpu_health.nvml_health import DeviceSample
 
 if TYPE_CHECKING:
-    from isolator.daemon.service import AgentService
+    from isolator.containers.isolator import GpuIsolator
 
 MIB = 2 ** 20
 HOSTNAME = socket.gethostname()
@@ -96,20 +75,20 @@ def gpu_labels(g: Gpu, h: Optional[Holding]) -> Dict[str, object]:
     return labels
 
 
-def write(out: Text, service: "AgentService") -> None:
-    with service.lock:
+def write(out: Text, isolator: "GpuIsolator") -> None:
+    with isolator.lock:
         holders: Dict[int, List[Holding]] = {}      # a shared GPU has several
-        for h in service.holdings.values():
+        for h in isolator.holdings.values():
             for m in h.gpus:
                 holders.setdefault(m, []).append(h)
-        shared = service._shared_info() if service.shares.gpus else {}
+        shared = isolator.shared_info() if isolator.shares.gpus else {}
     # By key: a MIG device is a row of its own; its memory and processes its own
     # (unit_sample), its other figures, XIDs and health its parent GPU's (by minor). A
     # GPU's own series name its holder; a shared GPU's name none (its tenants have theirs).
-    gpus = [service.gpus[k] for k in sorted(service.gpus)]
+    gpus = [isolator.gpus[k] for k in sorted(isolator.gpus)]
     labels = {g.key: gpu_labels(g, holders[g.key][0] if len(holders.get(g.key, ())) == 1
                                 and not holders[g.key][0].share else None) for g in gpus}
-    snap = service.monitor.snapshot() if service.monitor is not None else {}
+    snap = isolator.monitor.snapshot() if isolator.monitor is not None else {}
     parents: Dict[int, DeviceSample] = snap.get("samples", {})
     samples = {g.key: unit_sample(g, parents, snap.get("mig_samples", {})) for g in gpus
                if g.minor in parents}
@@ -119,9 +98,9 @@ def write(out: Text, service: "AgentService") -> None:
     last_xid = snap.get("last_xid", {})
     out.family("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.",
                [(labels[g.key], last_xid.get(g.minor, 0)) for g in gpus])
-    _health(out, service, gpus, labels, snap)
+    _health(out, isolator, gpus, labels, snap)
     _tasks(out, gpus, holders, samples)
-    _shared(out, service, shared)
+    _shared(out, isolator, shared)
 
 
 def unit_sample(g: Gpu, parents: Dict[int, DeviceSample],
@@ -133,7 +112,7 @@ def unit_sample(g: Gpu, parents: Dict[int, DeviceSample],
     return migs.get(g.uuid) or nvml_health.mig_base(parents[g.minor], g.uuid)
 
 
-def _shared(out: Text, service: "AgentService", shared: Dict) -> None:
+def _shared(out: Text, isolator: "GpuIsolator", shared: Dict) -> None:
     """Each shared GPU: its tenants, what is left, how it is shared, its MPS restarts."""
     rows = [({"gpu": int(index), "UUID": s["uuid"], "sharing": s["sharing"]}, s)
             for index, s in sorted(shared.items())]
@@ -159,9 +138,9 @@ def _short(g: Gpu) -> Dict[str, object]:
     return {"minor": g.minor, "UUID": getattr(g, "parent_uuid", "") or g.uuid}
 
 
-def _health(out: Text, service: "AgentService", gpus: List[Gpu],
+def _health(out: Text, isolator: "GpuIsolator", gpus: List[Gpu],
             labels: Dict[int, Dict[str, object]], snap: Dict) -> None:
-    book = service.health
+    book = isolator.health
     states = {s.minor: s for s in book.all()} if book is not None else {}
     out.family("mesos_gpu_gpu_health", "gauge",
                "1 for the GPU's health state (healthy; unhealthy: no new work; probing: its "
@@ -177,7 +156,7 @@ def _health(out: Text, service: "AgentService", gpus: List[Gpu],
                "Changes of a GPU's health state.",
                [({**_short(by_minor[m]), "from": old, "to": new}, n)
                 for (m, old, new), n in sorted(transitions.items()) if m in by_minor])
-    classify = service.monitor.classifier if service.monitor is not None else None
+    classify = isolator.monitor.classifier if isolator.monitor is not None else None
     out.family("mesos_gpu_xid_errors_total", "counter",
                "XID errors NVML reported, by code and what they did (application: counted "
                "only; unhealthy; kill: the work on the GPU was stopped).",
@@ -195,7 +174,7 @@ def _health(out: Text, service: "AgentService", gpus: List[Gpu],
     out.family("mesos_gpu_containers_stopped_for_gpu_fault_total", "counter",
                "Containers the daemon stopped because a GPU they held got a fault that "
                "loses the work on it (--on_gpu_fault kill); counted when decided, once.",
-               [({}, service.counters.get("gpu_fault_stops", 0))])
+               [({}, isolator.counters.get("gpu_fault_stops", 0))])
     out.family("mesos_gpu_nvml_errors_total", "counter",
                "NVML calls of the health monitor that failed, by function.",
                [({"function": name}, n) for name, n in sorted(snap.get("nvml_errors", {}).items())])

@@ -12,7 +12,7 @@ from isolator.metrics import gpu_metrics
 from isolator.metrics.exposition import Text
 
 if TYPE_CHECKING:
-    from isolator.daemon.service import AgentService
+    from isolator.containers.isolator import GpuIsolator
 
 # seconds; an API call normally takes well under a millisecond
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0)
@@ -45,11 +45,11 @@ class Histograms:
             yield "_count", {"route": route}, int(row[-1])
 
 
-def render(service: "AgentService", latency: Optional[Histograms] = None) -> str:
-    info = service.info()
+def render(isolator: "GpuIsolator", latency: Optional[Histograms] = None) -> str:
+    info = isolator.info()
     out = Text()
     allocation(out, info)
-    gpu_metrics.write(out, service)
+    gpu_metrics.write(out, isolator)
     if latency is not None:
         out.family("mesos_gpu_api_request_seconds", "histogram",
                    "Time to answer an agent API request, by route.", (),
@@ -58,7 +58,7 @@ def render(service: "AgentService", latency: Optional[Histograms] = None) -> str
 
 
 def allocation(out: Text, info: Dict) -> None:
-    """From AgentService.info(): GPUs total / allocated / free, and per container."""
+    """From GpuIsolator.info(): GPUs total / allocated / free, and per container."""
     gpus = {g["minor"]: g for g in info["inventory"]["gpus"]}
     out.family("mesos_gpu_gpus_total", "gauge", "GPUs this agent manages.",
                [({}, len(info["managed"]))])

@@ -7,7 +7,7 @@ from typing import Dict, List
 from isolator.node_check import sandbox
 from isolator.node_check.node import Node
 from isolator.node_check.report import FAIL, PASS, SKIP, Report
-from volumes import builder, components, elf, environment
+from volumes import builder, components, driver_version, elf, environment
 
 NO_DRIVER_SMI = "couldn't communicate with the NVIDIA driver"
 _GPU_LINE = re.compile(r"^GPU (\d+): (.*) \(UUID: (GPU-[0-9a-fA-F-]+)\)$", re.M)
@@ -48,13 +48,13 @@ def check_volume(node: Node, report: Report) -> None:
         if e["type"] != "file" or e["path"].startswith("firmware/"):
             continue
         path = vol.path / e["path"]
-        name_version = components.name_version(path.name)
+        name_version = driver_version.name_version(path.name)
         if name_version is not None and name_version != version:
             problems.append(f"{e['path']} is of driver {name_version}")
         elif e["path"].startswith("bin/"):
             if path.read_bytes()[:4] != elf.ELF_MAGIC:
                 problems.append(f"{e['path']} is not an ELF program (a wrapper script?)")
-            elif not components._contains(path, version.encode()):
+            elif not driver_version.contains_version(path, version.encode()):
                 unversioned.append(path.name)
     files = [e for e in vol.entries if e["type"] == "file"]
     size = sum(e["size"] for e in files) / 2**20

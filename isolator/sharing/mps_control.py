@@ -1,24 +1,7 @@
-"""The driver's MPS control daemon of one shared GPU, and the watch that restarts it.
-
-Each GPU shared under MPS gets its own `nvidia-cuda-mps-control -f` (the running
-driver's program, from the driver volume), with its own pipe and log directories
-under <work_dir>/mps/<GPU UUID>/ and CUDA_VISIBLE_DEVICES set to that GPU alone,
-so its MPS server sees that GPU only and a task given the pipe directory reaches
-no other GPU's server. Started in the foreground (-f) in a session of its own: the
-daemon knows its pid without parsing logs, and it outlives a restart of the agent
-daemon (the tasks connected to its server keep running; the next agent daemon
-adopts it by the pid file and its command socket).
-
-The caps are set through the control daemon's own commands, which a client can
-only lower (NVIDIA's MPS: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE and
-CUDA_MPS_PINNED_DEVICE_MEM_LIMIT in a client's environment "only further
-constrain" them): set_default_active_thread_percentage and
-set_default_device_pinned_mem_limit for the servers it will start, and the same
-per running server when one runs already (an adopted daemon).
-
-Commands go to it as NVIDIA documents: `nvidia-cuda-mps-control` run with the
-GPU's CUDA_MPS_PIPE_DIRECTORY, one command line on stdin, the answer on stdout.
-"""
+"""The driver's MPS control daemon of one shared GPU, and the watch that restarts
+it: one per GPU, in a session of its own (it outlives a restart of the agent
+daemon, which adopts it), its caps set by its own commands, which a client can
+only lower. ARCHITECTURE.md, "The node side in detail"."""
 import logging
 import os
 import signal

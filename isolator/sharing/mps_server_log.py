@@ -1,28 +1,7 @@
-"""Which MPS servers failed, read from their control daemon's log.
-
-An MPS server serves every client of one GPU; when it ends unasked, every
-tenant's CUDA context on that GPU is lost (on an H200 with driver 580 a running
-PyTorch client got "the remote procedural call between the MPS server and the
-MPS client failed"). The control daemon runs in the foreground (-f), so its log
-(our control.log) carries its own lines and its servers' lines:
-
-    [2026-11-26 05:34:32.285 Control   445] Try shutting down server 574, backoff is disabled
-    [2026-11-26 05:34:32.285 Server   574] Exiting
-    [2026-11-26 05:34:32.373 Control   445] Server 574 exited with status 0
-
-The exit status alone does not tell a failure (read on the H200): a server
-SIGKILLed under load is logged "exited with status 0" too, exactly like the idle
-server the control daemon retires so as to start one for another user's client.
-What differs is that a retired server was asked to end first ("Try shutting down
-server N" from the control daemon, "Exiting" from the server). So a server end
-is a failure when its status is not 0, when the server said it met a fatal
-exception, or when nobody asked it to end. A server that cannot start at all
-(no usable GPU; the bed's real 535 server without one) exits with status 1, a
-failure by the first rule.
-
-A client's own fault (a device-side assert, a bad pointer) did not end the
-server or touch the other tenant on the H200: nothing to report then.
-"""
+"""Which MPS servers failed, read from their control daemon's log: a server end is a
+failure when its status is not 0, when it met a fatal exception, or when nobody
+asked it to end (a SIGKILLed server logs status 0 too). Why, with the log lines
+read on an H200: ARCHITECTURE.md, "The node side in detail"."""
 import os
 import re
 import shutil

@@ -10,7 +10,8 @@ through and no driver answered; EPERM means the device cgroup denied it.
   the daemon's isolate) moves into a cgroup, then asks to open nodes;
 - `probe_in(dirs, paths)`: a child that enters the given cgroups before it runs;
 - `unique_name`, `remove_tree`: cgroup names other test runs never collide
-  with, and removal of everything under one.
+  with, and removal of everything under one;
+- `open_gpus`, `only`: what a prober opens of nvidia0..7, and what it should.
 """
 import json
 import os
@@ -20,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence
 
+from isolator.cgroups import cgroup_host
 from localcluster.paths import LocalClusterError
 
 from localcluster.processes import remove_cgroup_tree as remove_tree  # noqa: F401
@@ -121,3 +123,30 @@ def gpu_minors_allowed(result: Dict[str, str], nodes: Dict[str, Path]) -> Option
         if name.startswith("nvidia") and name[6:].isdigit() and result.get(str(p)) == "ENXIO":
             out.append(int(name[6:]))
     return sorted(out)
+
+
+# the device cgroup mounts of this host, by version (None where there is none)
+_HOST = cgroup_host.detect()
+VERSION_MOUNTS = {"v1": _HOST.devices_v1, "v2": _HOST.unified}
+
+
+def new_prober(probers: List[Prober]) -> Prober:
+    """A Prober, added to `probers` (the fixture closes them at the end)."""
+    p = Prober()
+    probers.append(p)
+    return p
+
+
+def gpu_nodes(dev_dir: Path, minors=range(8)) -> List[Path]:
+    return [dev_dir / f"nvidia{m}" for m in minors]
+
+
+def open_gpus(prober: Prober, dev_dir: Path) -> Dict[int, str]:
+    """minor -> "ENXIO" (allowed, no driver) / "EPERM" (denied) for nvidia0..7."""
+    result = prober.open(gpu_nodes(dev_dir))
+    return {m: result[str(dev_dir / f"nvidia{m}")] for m in range(8)}
+
+
+def only(minors, n: int = 8) -> Dict[int, str]:
+    """What open_gpus should see when exactly `minors` are granted."""
+    return {m: ("ENXIO" if m in set(minors) else "EPERM") for m in range(n)}

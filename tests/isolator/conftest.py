@@ -10,17 +10,10 @@ from typing import Dict, Iterator, List, Optional
 
 import pytest
 
-from isolator.cgroups import cgroup_host
-from isolator.api import Grant
 from isolator.client import AgentClient
 from tests.bed import cgroups as bed_cgroups
+from tests.bed.cgroups import VERSION_MOUNTS
 from localcluster import fake_nvml
-
-HOST = cgroup_host.detect()
-VERSION_MOUNTS = {"v1": HOST.devices_v1, "v2": HOST.unified}
-# a pid the fake NVML reports for a stranger's process: above the kernel's
-# PID_MAX_LIMIT (2**22), so no live process of this host can have it
-NO_SUCH_PID = 2**22 + 42
 
 
 @pytest.fixture
@@ -138,28 +131,3 @@ def probers() -> Iterator[List[bed_cgroups.Prober]]:
     yield made
     for p in made:
         p.close()
-
-
-def new_prober(probers: List[bed_cgroups.Prober]) -> bed_cgroups.Prober:
-    p = bed_cgroups.Prober()
-    probers.append(p)
-    return p
-
-
-def gpu_nodes(dev_dir: Path, minors=range(8)) -> List[Path]:
-    return [dev_dir / f"nvidia{m}" for m in minors]
-
-
-def open_gpus(prober: bed_cgroups.Prober, dev_dir: Path) -> Dict[int, str]:
-    """minor -> "ENXIO" (allowed, no driver) / "EPERM" (denied) for nvidia0..7."""
-    result = prober.open(gpu_nodes(dev_dir))
-    return {m: result[str(dev_dir / f"nvidia{m}")] for m in range(8)}
-
-
-def only(minors, n: int = 8) -> Dict[int, str]:
-    """What open_gpus should see when exactly `minors` are granted."""
-    return {m: ("ENXIO" if m in set(minors) else "EPERM") for m in range(n)}
-
-
-def minors_of(grant: Grant) -> List[int]:
-    return [g.minor for g in grant.gpus]

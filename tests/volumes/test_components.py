@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from localcluster.driver_files import DRIVER_VERSION, OLD_DRIVER_VERSION
-from tests.volumes.conftest import compile_library, ldconfig
-from volumes import components, ldcache, rootpath
+from tests.bed.elf_files import compile_library, ldconfig
+from volumes import components, driver_version, ldcache, rootpath
 from common.errors import UserError
 
 V = DRIVER_VERSION
@@ -29,7 +29,7 @@ def by_dest(comps):
 
 def versions_taken(comps):
     """The driver version in the name of every library taken."""
-    return {components.name_version(lib.filename) for lib in comps.libraries}
+    return {driver_version.name_version(lib.filename) for lib in comps.libraries}
 
 
 def test_real_tree_components(driver_root):
@@ -66,7 +66,7 @@ def test_real_tree_components(driver_root):
     # libnvidia-ml.so and libnvidia-ml.so.1 name one file: taken once per class.
     assert sorted(libs[f"lib64/libnvidia-ml.so.{V}"].cache_names) == \
         ["libnvidia-ml.so", "libnvidia-ml.so.1"]
-    assert components.tree_version(driver_root) == V
+    assert driver_version.tree_version(driver_root) == V
 
 
 def test_every_component_has_a_reason():
@@ -168,7 +168,7 @@ def test_upgrade_before_ldconfig_takes_the_new_file_beside_the_stale_link(tmp_pa
     assert sorted(lib.filename for lib in comps.libraries) == [f"libcuda.so.{V}",
                                                               f"libnvidia-ml.so.{V}"]
     assert by_dest(comps)[f"lib64/libcuda.so.{V}"].links == ("libcuda.so.1", "libcuda.so")
-    assert components.tree_version(root) is None        # its libnvidia-ml.so.1 dangles
+    assert driver_version.tree_version(root) is None        # its libnvidia-ml.so.1 dangles
 
 
 # ---- other distributions' layouts ---------------------------------------------
@@ -227,7 +227,7 @@ def test_distribution_layouts_give_the_debian_volume(tmp_path, driver_root, lib6
     assert not any(lib.filename in GLVND_FILES for lib in comps.libraries)
     assert {b.name for b in comps.binaries} == {b.name for b in debian.binaries}
     assert [f.source.name for f in comps.firmware] == ["gsp_ga10x.bin", "gsp_tu10x.bin"]
-    assert components.tree_version(root) == V
+    assert driver_version.tree_version(root) == V
 
 
 # ---- the GL compat and TLS rules ----------------------------------------------

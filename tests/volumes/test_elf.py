@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.volumes.conftest import compile_library
+from tests.bed.elf_files import compile_library
 from volumes import elf
 
 

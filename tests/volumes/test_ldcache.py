@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.volumes.conftest import ldconfig
+from tests.bed.elf_files import ldconfig
 from volumes import ldcache
 
 _LINE = re.compile(r"^\t(\S+) \(([^)]*)\) => (.+)$")

@@ -3,8 +3,8 @@
 A backend makes a container's device enforcement exist with its rules in force
 (`create`), changes them (`apply`), reads them back from where they are enforced
 (`allowed`, `allowed_nodes`, `drifted`) and takes the enforcement away (`remove`). The daemon
-never branches on which backend it uses: the service, recovery and the
-reconciler call these methods for each backend a container has.
+never branches on which backend it uses: the isolator, recovery and the
+orphan sweep call these methods for each backend a container has.
 
 The backends, one module each in this package, register themselves by name:
 - "v1"     (cgroup_v1.py): the cgroup v1 devices controller's whitelist;

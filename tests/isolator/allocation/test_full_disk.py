@@ -10,7 +10,8 @@ import time
 from isolator.client import AgentError
 from tests.bed import small_disk
 from tests.bed.waiting import wait_until
-from tests.isolator.conftest import minors_of, new_prober
+from tests.bed.agent_daemon import minors_of
+from tests.bed.cgroups import new_prober
 
 
 def _held(agent) -> dict:

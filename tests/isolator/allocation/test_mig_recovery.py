@@ -17,7 +17,7 @@ from isolator.discovery import devices
 from localcluster import fake_nvml, processes
 from tests.bed import waiting
 from tests.isolator.cgroups.test_mig_isolation import caps_paths
-from tests.isolator.conftest import VERSION_MOUNTS, new_prober
+from tests.bed.cgroups import VERSION_MOUNTS, new_prober
 
 MAJOR = fake_nvml.CAPS_MAJOR
 
@@ -94,7 +94,7 @@ def test_mig_caps_rules_changed_behind_the_daemons_back_are_noticed_and_restored
 @pytest.mark.parametrize("device_cgroup", ["v1", "v2"])
 def test_another_instances_caps_node_allowed_while_the_daemon_runs_is_taken_back(
         tmp_path, daemon_factory, probers, dev_dir, cgroups_root, device_cgroup):
-    """The reconciler's drift check asks the kernel about every MIG device's caps
+    """The orphan sweep's rule audit asks the kernel about every MIG device's caps
     nodes: one of another instance's allowed to a running container is a drift."""
     layout = fake_nvml.h200mig()
     agent = daemon_factory(layout, device_cgroup=device_cgroup,

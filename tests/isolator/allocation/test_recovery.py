@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from isolator.errors import AgentError
-from tests.isolator.conftest import VERSION_MOUNTS, minors_of, new_prober, only, open_gpus
+from tests.bed.agent_daemon import minors_of
+from tests.bed.cgroups import VERSION_MOUNTS, new_prober, only, open_gpus
 
 
 def _restart(agent, daemon_factory, **kw):

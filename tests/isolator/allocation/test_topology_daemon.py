@@ -11,7 +11,7 @@ from isolator.client import AgentError
 from localcluster import fake_nvml
 from localcluster.fake_nvml.control import Control
 from tests.bed import waiting
-from tests.isolator.conftest import minors_of
+from tests.bed.agent_daemon import minors_of
 
 wait_until = functools.partial(waiting.wait_until, interval=0.05)
 CUBE = fake_nvml.DGX1_NVLINKS

@@ -10,7 +10,7 @@ from isolator.cgroups import cgroups_v2, device_program
 from isolator.discovery import devices
 from isolator.discovery.devices import Rule
 from tests.bed import cgroups as bed_cgroups
-from tests.isolator.conftest import VERSION_MOUNTS
+from tests.bed.cgroups import VERSION_MOUNTS
 
 rules_st = st.lists(st.builds(
     Rule, st.sampled_from(["a", "b", "c"]),

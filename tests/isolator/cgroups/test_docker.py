@@ -8,7 +8,7 @@ from isolator.client import AgentError
 from isolator.api import CONTAINER_LABEL as LABEL
 from isolator.api import DOCKER, Device, Grant
 from isolator.cgroups.docker_devices import docker_options, labels
-from tests.isolator.conftest import minors_of
+from tests.bed.agent_daemon import minors_of
 
 SCRIPT = ("for m in 0 1; do cat /dev/nvidia$m 2>&1; done; "
           "mknod /tmp/n0 c 195 0; mknod /tmp/n1 c 195 1; cat /tmp/n0 2>&1; cat /tmp/n1 2>&1; "

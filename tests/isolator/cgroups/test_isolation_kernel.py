@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.isolator.conftest import VERSION_MOUNTS, minors_of, new_prober, only, open_gpus
+from tests.bed.agent_daemon import minors_of
+from tests.bed.cgroups import VERSION_MOUNTS, new_prober, only, open_gpus
 
 
 @pytest.mark.parametrize("device_cgroup", ["v1", "v2", "both"])

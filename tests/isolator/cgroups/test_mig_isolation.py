@@ -8,7 +8,7 @@ import pytest
 
 from isolator.errors import AgentError
 from localcluster import fake_nvml
-from tests.isolator.conftest import new_prober
+from tests.bed.cgroups import new_prober
 
 
 def mig_daemon(tmp_path, daemon_factory, dev_dir, device_cgroup, layout=None):

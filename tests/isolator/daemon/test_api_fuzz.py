@@ -8,7 +8,7 @@ import string
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from common.json_depth import MAX_DEPTH
-from tests.isolator.conftest import NO_SUCH_PID
+from tests.bed.agent_daemon import NO_SUCH_PID
 
 FUZZ = settings(max_examples=400, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])

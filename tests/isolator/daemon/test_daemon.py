@@ -11,7 +11,8 @@ import pytest
 from isolator.api import DOCKER, Grant
 from isolator.client import AgentClient, AgentError
 from localcluster import fake_nvml
-from tests.isolator.conftest import NO_SUCH_PID, minors_of, new_prober
+from tests.bed.agent_daemon import NO_SUCH_PID, minors_of
+from tests.bed.cgroups import new_prober
 
 
 def _raw(sock_path: str, request: bytes) -> bytes:

@@ -17,7 +17,7 @@ import pytest
 
 from localcluster import driver_files, fake_nvml
 from tests.bed import waiting
-from tests.isolator.conftest import NO_SUCH_PID
+from tests.bed.agent_daemon import NO_SUCH_PID
 from tests.volumes.test_builder import mounted_in_another_namespace
 from volumes import builder, cdi, plugin
 

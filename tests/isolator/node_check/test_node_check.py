@@ -18,7 +18,7 @@ from isolator.node_check import node as node_mod, volume_checks
 from isolator.node_check.report import Report
 from localcluster import device_nodes, driver_files, driver_root_host, fake_nvml
 from localcluster.gpu_node import GpuNode, layout_for_driver_files
-from tests.isolator.conftest import VERSION_MOUNTS
+from tests.bed.cgroups import VERSION_MOUNTS
 
 V, OLD, V470 = driver_files.DRIVER_VERSION, driver_files.OLD_DRIVER_VERSION, \
     driver_files.DRIVER_470_VERSION

@@ -19,19 +19,6 @@ def mps_program() -> str:
     return str(driver_files.build() / "usr/bin/nvidia-cuda-mps-control")
 
 
-def control_pids(work_dir: Path):
-    out = {}
-    for pid_file in (work_dir / "mps").glob("nvidia*/control.pid"):
-        pid = int(pid_file.read_text())
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"nvidia-cuda-mps-control" in cmd:
-            out[pid_file.parent.name] = pid
-    return out
-
-
 @pytest.fixture
 def work_dir():
     """A short work dir (the control daemons' socket paths must fit in 108 bytes, which

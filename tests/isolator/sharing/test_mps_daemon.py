@@ -14,9 +14,8 @@ from isolator.client import AgentError
 from localcluster import cuda_probe, driver_files
 from localcluster.fake_nvml.control import Control
 from tests.bed import waiting
-from tests.isolator.conftest import new_prober, only, open_gpus
-from tests.isolator.allocation.test_ownership import alive
-from tests.isolator.sharing.conftest import control_pids
+from tests.bed.cgroups import new_prober, only, open_gpus
+from tests.bed.agent_daemon import alive, control_pids
 
 FAST = ["--reconcile_interval", "0.5"]
 

@@ -8,7 +8,8 @@ from localcluster import fake_nvml
 from localcluster.fake_nvml.control import Control
 from tests.bed import waiting
 from tests.bed.prometheus import families
-from tests.isolator.conftest import NO_SUCH_PID, new_prober
+from tests.bed.agent_daemon import NO_SUCH_PID
+from tests.bed.cgroups import new_prober
 
 GIB = 2 ** 30
 wait_until = functools.partial(waiting.wait_until, interval=0.05)

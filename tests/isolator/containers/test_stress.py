@@ -12,7 +12,7 @@ from pathlib import Path
 from isolator.cgroups import cgroups_v1, cgroups_v2
 from isolator.discovery import devices
 from isolator.allocation.ledger import Ledger
-from tests.isolator.conftest import VERSION_MOUNTS
+from tests.bed.cgroups import VERSION_MOUNTS
 
 WORKER = r"""
 import json, random, subprocess, sys

@@ -1,34 +1,10 @@
-"""The daemon reaps what nobody owns, and restores device rules that drifted.
-
-Every --reconcile_interval, and at once when an owner process ends (a pidfd per
-owner wakes it), one pass compares each holding with what is really there:
-
-- its owner (the process that prepared it): gone -> the container is stopped (a
-  Docker container killed and removed, a MESOS container's processes killed and
-  its cgroups removed) and its GPUs go back;
-- the Mesos agent that started the owner (its /containers endpoint): when it
-  answers twice in a row without the owner's Mesos container, Mesos has destroyed
-  that executor, so the container goes too;
-- the kernel: a MESOS container whose cgroups hold no process any more, or whose
-  cgroups vanished, gives its GPUs back (the cleanup call never came);
-- Docker: a DOCKER container that is no longer running gives its GPUs back (it is
-  removed as well when its owner is gone; otherwise its owner still reads its exit
-  code and removes it);
-- a container prepared and never isolated within --prepare_timeout gives its GPUs
-  back (a Docker one that does run is adopted instead);
-- a container the daemon decided to stop for a GPU fault (on record in health.json)
-  that still holds its GPUs is stopped again: Docker did not answer the first time,
-  or the daemon died between the decision and the stop.
-
-The same pass is an isolation auditor: it reads back every isolated container's
-device rules through its isolation backends (the v1 whitelist, the v2 eBPF program,
-Docker's v1 device cgroup; for MIG, every instance's capability nodes and the
-parents' nodes are asked about, as a container may open its own instance's only)
-and writes them again when they drifted from the ledger (a `systemctl
-daemon-reload` rewrites device cgroups on systemd hosts), counting each repair.
-Facts are gathered without the service lock; a release re-checks under the lock
-that the holding did not change meanwhile.
-"""
+"""The orphan sweep: every --reconcile_interval, and at once when an owner process ends
+(a pidfd per owner), it releases the GPUs of each container nobody owns any more
+(its owner or its Mesos executor gone, its processes or Docker container ended
+without a cleanup, never isolated in --prepare_timeout, stopped for a GPU fault
+that did not finish) and has the device rules of the others audited
+(rule_audit.py). Facts are gathered without the isolator's lock; a release checks
+under it that the holding did not change meanwhile."""
 import logging
 import os
 import select
@@ -37,20 +13,17 @@ import time
 from collections import Counter
 from typing import Dict, List, Optional, Set, Tuple
 
-from isolator.cgroups import backends, docker_devices
 from isolator.allocation import mesos_agent_api
-from isolator.discovery import mig
-from isolator.api import DOCKER, MESOS
-from isolator.cgroups.container_cgroups import CgroupVanished
 from isolator.allocation.docker_state import LIVE_STATES, DockerUnavailable
-from isolator.cgroups.backends import BackendGone
 from isolator.allocation.ledger import Holding
 from isolator.allocation.owner import Owner
-from isolator.daemon.service import AgentService
+from isolator.api import DOCKER, MESOS
+from isolator.containers.faults import fault_stop
+from isolator.containers.isolator import GpuIsolator
+from isolator.containers.rule_audit import RuleAudit
 
 log = logging.getLogger("mesos-gpu.agent")
 MESOS_MISSES = 2           # passes in a row the Mesos agent must not list a container
-
 
 
 class OwnerWatcher:
@@ -127,9 +100,9 @@ class OwnerWatcher:
         return len(self._fds)
 
 
-class Reconciler:
-    def __init__(self, service: AgentService, interval: float = 5.0) -> None:
-        self.service = service
+class OrphanSweep:
+    def __init__(self, isolator: GpuIsolator, interval: float = 5.0) -> None:
+        self.isolator = isolator
         self.interval = interval
         self.wake = threading.Event()
         self.watcher = OwnerWatcher(self.wake)
@@ -137,14 +110,13 @@ class Reconciler:
         self.last_pass_seconds = 0.0
         self._mesos_misses: Counter = Counter()
         self._ended: Dict[str, float] = {}        # container id -> when first found ended
-        # the MIG devices' capability and parent nodes, asked about by each drift check
-        self.mig_nodes = mig.drift_nodes(list(service.gpus.values()))
-        service.on_new_owner(self.watcher.watch)
+        self.audit = RuleAudit(isolator)
+        isolator.on_new_owner(self.watcher.watch)
 
     def start(self, stop: threading.Event) -> List[threading.Thread]:
         threads = [threading.Thread(target=self.watcher.run, args=(stop,), name="owner-watch",
                                     daemon=True),
-                   threading.Thread(target=self.run, args=(stop,), name="reconciler",
+                   threading.Thread(target=self.run, args=(stop,), name="orphan-sweep",
                                     daemon=True)]
         for t in threads:
             t.start()
@@ -159,8 +131,8 @@ class Reconciler:
             self.wake.clear()
             try:
                 self.pass_once()
-            except Exception:                        # keep reconciling; the next pass retries
-                log.exception("reconciliation pass failed")
+            except Exception:                        # keep sweeping; the next pass retries
+                log.exception("orphan sweep failed")
 
     # --- one pass -----------------------------------------------------------------------------
 
@@ -168,9 +140,9 @@ class Reconciler:
         """Release what nobody owns and repair drifted rules; returns the released ids."""
         started = time.monotonic()
         now = time.time() if now is None else now
-        service = self.service
-        with service.lock:
-            holdings = list(service.holdings.values())
+        isolator = self.isolator
+        with isolator.lock:
+            holdings = list(isolator.holdings.values())
         for h in holdings:
             if h.owner is not None:
                 self.watcher.watch(h.owner)
@@ -181,12 +153,12 @@ class Reconciler:
             verdict = self._verdict(h, now, docker, agents)
             if verdict is None:
                 if h.state == "isolated":
-                    self._audit(h, docker)
+                    self.audit.check(h, docker)
                 continue
             reason, why, stop = verdict
             if reason == "adopt":
-                service.adopt(h, docker[h.container_id][0])
-            elif service.release(h, reason, why, stop):
+                isolator.adopt(h, docker[h.container_id][0])
+            elif isolator.release(h, reason, why, stop):
                 released.append(h.container_id)
         known = {h.container_id for h in holdings}
         self.watcher.keep_ended({(h.owner.pid, h.owner.start_time) for h in holdings
@@ -199,13 +171,13 @@ class Reconciler:
         return released
 
     def _docker_states(self, holdings: List[Holding]) -> Optional[Dict[str, Tuple[str, str]]]:
-        docker = self.service.docker
+        docker = self.isolator.docker
         if docker is None or not any(h.container_type == DOCKER for h in holdings):
             return None
         try:
             return docker.states()
         except DockerUnavailable as e:
-            log.warning("reconcile: %s; Docker containers are left as they are until it "
+            log.warning("orphan sweep: %s; Docker containers are left as they are until it "
                         "answers", e)
             return None
 
@@ -222,7 +194,7 @@ class Reconciler:
 
     def _verdict(self, h: Holding, now: float, docker, agents) -> Optional[Tuple[str, str, bool]]:
         """(reason, why, stop the container too) when the holding must go, else None."""
-        stop = self.service.fault_stop(h)
+        stop = fault_stop(self.isolator.health, h)
         if stop is not None:      # a stop for a GPU fault that did not happen (yet)
             return "gpu_unhealthy", stop.message, True
         o = h.owner
@@ -238,10 +210,10 @@ class Reconciler:
             else:
                 self._mesos_misses.pop(h.container_id, None)
         # A task that ended is normally cleaned up by its (living) executor a moment
-        # later: only one found ended for a whole reconcile interval is released here.
+        # later: only one found ended for a whole --reconcile_interval is released here.
         if h.container_type == MESOS and h.state == "isolated":
-            paths = {**self.service.cgroups.paths(h.container_id), **h.cgroups}
-            if not self.service.cgroups.procs(paths) and self._still_ended(h, now):
+            paths = {**self.isolator.cgroups.paths(h.container_id), **h.cgroups}
+            if not self.isolator.cgroups.procs(paths) and self._still_ended(h, now):
                 return ("exited", "no process is left in its cgroups and no cleanup came",
                         True)
         if h.container_type == DOCKER and docker is not None:
@@ -253,7 +225,7 @@ class Reconciler:
                         "came", False)
             if h.state == "prepared" and docker_id and state in LIVE_STATES:
                 return "adopt", "", False
-        if h.state == "prepared" and now - h.prepared_at > self.service.prepare_timeout:
+        if h.state == "prepared" and now - h.prepared_at > self.isolator.prepare_timeout:
             return ("never_isolated", f"prepared {now - h.prepared_at:.0f} s ago and never "
                     "isolated", True)
         return None
@@ -261,36 +233,3 @@ class Reconciler:
     def _still_ended(self, h: Holding, now: float) -> bool:
         first = self._ended.setdefault(h.container_id, now)
         return now - first >= self.interval
-
-    # --- the isolation auditor ----------------------------------------------------------------
-
-    def _audit(self, h: Holding, docker) -> None:
-        service = self.service
-        rules = service._rules(h.gpus)
-        try:
-            if h.container_type == MESOS:
-                paths = service.cgroups.existing(h.cgroups)
-                with service.lock:
-                    if service.holdings.get(h.container_id) is not h:
-                        return
-                    drifted = service.cgroups.repair(paths, rules, service.kernel_minors,
-                                                     self.mig_nodes)
-                if drifted:
-                    self._count_repair(h, drifted)
-            elif h.docker_id and service.docker is not None and service.cgroups.host.devices_v1:
-                pid = service.docker.init_pid(h.docker_id)
-                where = pid and docker_devices.v1_cgroup_of(service.cgroups.host.devices_v1, pid)
-                backend = backends.get("docker")
-                if where and backend.drifted(where, rules, service.kernel_minors):
-                    backend.apply(where, rules)
-                    self._count_repair(h, ["docker"])
-        except (CgroupVanished, BackendGone, KeyError, DockerUnavailable, FileNotFoundError,
-                ProcessLookupError):
-            pass                                      # gone meanwhile: the next pass decides
-
-    def _count_repair(self, h: Holding, where: List[str]) -> None:
-        for version in where:
-            self.service.counters["drift_repairs"] += 1
-            self.service.counters[f"drift_repairs_{version}"] += 1
-        log.warning("container %s: device rules drifted from the ledger in %s: restored "
-                    "(GPUs %s)", h.container_id, ", ".join(where), list(h.gpus))

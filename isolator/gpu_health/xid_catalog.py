@@ -1,32 +1,7 @@
-"""What an XID means for the GPU that raised it: the classification table.
-
-Source: NVIDIA's XID catalogue (docs.nvidia.com/deploy/xid-errors/, the "Xid
-Catalog" of its "Analyzing Xid Errors" page and the older per-XID listing). The
-catalogue gives each XID a resolution bucket, the immediate action NVIDIA asks
-for: RESTART_APP (the application's fault, or its work only), IGNORE, or
-RESET_GPU / RESTART_BM (reset the GPU, reboot the machine) and CONTACT_SUPPORT.
-We map it to what the agent daemon does (`Effect`):
-
-- APPLICATION: the application's own error (a bad kernel, a page fault, a
-  preempted context). The XID is counted; the GPU stays healthy. NVIDIA's
-  device plugin for Kubernetes skips these too (13, 31, 43, 45, 68, 109).
-- UNHEALTHY: the GPU needs a reset or looking at; it takes no new work until
-  it passes a self-check after the quiet period. What runs on it goes on (the
-  error did not take its work: a page retirement recorded, a high single-bit
-  error rate).
-- KILL: as UNHEALTHY, and the work running on it is lost or corrupted (a
-  double-bit error, the GPU off the bus, a halted micro-controller): its
-  containers are stopped at once (unless --on_gpu_fault=keep), so their tasks
-  fail naming the XID and are replaced on healthy GPUs.
-
-Product decisions beyond the catalogue: 92 (high single-bit ECC rate) and 94
-(contained ECC error) make the GPU unhealthy although NVIDIA only asks to
-restart the application for 94: both announce memory going bad, and the row
-remapping a 94 sets up needs a GPU reset to take effect. An XID missing from
-the table is treated as UNHEALTHY (not KILL): the GPU heals by itself after
-the quiet period if it was nothing. `--xid_override 13=unhealthy,92=application`
-changes any entry.
-"""
+"""What an XID means for the GPU that raised it: NVIDIA's XID catalogue mapped to
+what the daemon does (APPLICATION: counted; UNHEALTHY: no new work; KILL: and its
+work stopped), `--xid_override` on top. The mapping and the choices beyond the
+catalogue: ARCHITECTURE.md, "The node side in detail"."""
 from dataclasses import dataclass
 from typing import Dict, Mapping, Optional
 

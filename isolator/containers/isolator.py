@@ -1,70 +1,47 @@
-"""The agent-side module's operations: prepare, isolate, update, cleanup, usage, info,
-and release (a container whose owner is gone, see reconciler.py).
-
-One lock serialises every change, so concurrent executors never get the same
-GPU. Order of effects, so that a crash anywhere is safe (see recovery.py):
-- a container gains GPUs in the ledger before the kernel lets it open them, and
-  before the answer;
-- isolate is recorded before the answer too: recovery tells a container that
-  is isolated and gone (release) from one not isolated yet (wait) by it;
-- it loses them in the kernel first, then in the ledger.
-Each change is one journal append (ledger.py): it survives any crash of this
-process the moment the call returns.
-
-Every holding names its owner, the process that prepared it (the kernel says who
-called, see owner.py): only the owner may isolate or resize it, a MESOS
-container's process must be the owner or one of its descendants, and cleanup
-kills only the process the daemon placed and what that process started.
-
-GPU health (gpu_health.py, health_monitor.py): a GPU that is not healthy is
-never allocated; a fault that loses the work on a GPU stops the containers
-holding it (gpu_fault, unless --on_gpu_fault=keep), and their owners learn why
-from cleanup's answer (`stopped`), before and after a restart of the daemon.
-"""
+"""The GPU isolator: each container's life on this node (prepare, isolate, update,
+cleanup; release and adopt for the orphan sweep), one lock over every change, each
+change in the ledger's journal before the kernel or the caller sees it. The order
+of effects that makes a crash anywhere safe is in ARCHITECTURE.md."""
 import logging
-import os
 import threading
 import time
 from collections import Counter
 from dataclasses import replace
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from isolator.cgroups import cgroup_host, cgroup_paths
 from isolator import crashpoints
-from isolator.allocation import process_containers
-from isolator.discovery import devices, nvml
-from isolator.health import nvml_health
 from isolator.allocation.allocator import Allocator
-from isolator.api import (DOCKER, MESOS, Cleanup, CleanupRequest, Grant, GpuFaultStop,
-                          GpuHealth, GpuUsage, GrantedGpu, GrantedShare, IsolateRequest,
-                          NodeHealth, PrepareRequest, ProcessUsage, UpdateRequest, Usage,
-                          Volume, check_container_id)
-from isolator.sharing.mps_control import MpsControl
-from isolator.sharing.mps_server_log import ServerFailure
-from isolator.sharing.plan import SharePlan, memory_of, size_text
-from isolator.cgroups.container_cgroups import CgroupVanished, ContainerCgroups
 from isolator.allocation.docker_state import DockerState, DockerUnavailable
-from isolator.errors import BadRequest, Conflict, Forbidden, Gone, NotFound, Unavailable
-from isolator.discovery.gpu import Gpu, Inventory
-from isolator.health.gpu_health import UNHEALTHY, Fault, HealthBook, Stop
 from isolator.allocation.ledger import Holding, Ledger, LedgerUnwritable
-from isolator.allocation.owner import Owner, Placed, is_descendant
+from isolator.allocation.owner import Owner
 from isolator.allocation.recovery import Recovery, Report
+from isolator.api import (DOCKER, MESOS, Cleanup, CleanupRequest, Grant, GpuFaultStop,
+                          GrantedGpu, GrantedShare, IsolateRequest, PrepareRequest,
+                          UpdateRequest, Volume, check_container_id)
+from isolator.cgroups.container_cgroups import CgroupVanished, ContainerCgroups
+from isolator.containers import mesos_cgroups
+from isolator.containers.views import IsolatorViews
+from isolator.discovery import devices
+from isolator.discovery.gpu import Gpu, Inventory
 from isolator.discovery.topology import Topology
+from isolator.errors import BadRequest, Conflict, Forbidden, Gone, NotFound, Unavailable
+from isolator.gpu_health.book import HealthBook
+from isolator.sharing.mps_control import MpsControl
+from isolator.sharing.plan import SharePlan, memory_of, size_text
 
 log = logging.getLogger("mesos-gpu.agent")
 CONTROL_TTL = 1.0
-USAGE_SLOTS = 4           # usage requests in NVML at once: half the API server's workers
 
 
-class AgentService:
+class GpuIsolator(IsolatorViews):
     def __init__(self, *, inventory: Inventory, managed: Sequence[Gpu], topology: Topology,
                  ledger: Ledger, cgroups: ContainerCgroups, dev_dir: str = "/dev",
                  docker: Optional[DockerState] = None, volume: Optional[Dict] = None,
                  nvml_library: Optional[str] = None, prepare_timeout: float = 600.0,
-                 health: Optional[HealthBook] = None, kill_on_fault: bool = True,
+                 health: Optional[HealthBook] = None,
                  shares: Optional[SharePlan] = None,
                  mps: Optional[Dict[int, MpsControl]] = None) -> None:
+        super().__init__()
         self.inventory = inventory
         # what is handed out, by key: whole GPUs (key = minor) and MIG devices (mig.py)
         self.gpus: Dict[int, Gpu] = {g.key: g for g in managed}
@@ -95,9 +72,7 @@ class AgentService:
         self.withdrawn: Dict[int, str] = {}       # key -> why: MIG devices gone from NVML
         self._owner_listeners: List[Callable[[Owner], None]] = []
         self.health = health                      # None: every GPU counts as healthy
-        self.kill_on_fault = kill_on_fault
-        self.monitor = None                       # the HealthMonitor, when one runs
-        self._usage_slots = threading.BoundedSemaphore(USAGE_SLOTS)
+        self.monitor = None                       # the GpuHealthMonitor, when one runs
         self._compact_failed = False
         self._unrecorded: set = set()            # releases the ledger refused, said once
 
@@ -107,7 +82,7 @@ class AgentService:
         """Load the ledger, check it against the kernel and Docker, write a new snapshot."""
         with self.lock:
             recorded = self.ledger.load()
-            recovery = Recovery(self.cgroups, self.kernel_minors, self._rules, self.docker,
+            recovery = Recovery(self.cgroups, self.kernel_minors, self.device_rules, self.docker,
                                 list(self.gpus.values()))
             self.holdings = self._record_recovery(recorded, recovery.run(recorded))
             self.shares.check_holdings(self.holdings.values(), self.gpus)
@@ -124,7 +99,7 @@ class AgentService:
         """What recovery changed, in the journal before anything is served (a snapshot
         may not fit on a full disk, a few records do): the daemon never serves from a
         state the ledger does not hold. A change the journal cannot take is not made:
-        that container stays as recorded (its GPUs held), for the reconciler to settle
+        that container stays as recorded (its GPUs held), for the orphan sweep to settle
         once the disk takes it."""
         out = dict(recovered)
         kept = []
@@ -142,7 +117,7 @@ class AgentService:
                 error = e
         if kept:
             log.warning("recovery: %d container(s) kept as recorded (%s): the journal cannot "
-                        "take what recovery decided for them; the reconciler settles them "
+                        "take what recovery decided for them; the orphan sweep settles them "
                         "once it can: %s", len(kept), ", ".join(sorted(kept)), error)
         return out
 
@@ -154,7 +129,7 @@ class AgentService:
 
     def on_new_owner(self, listener: Callable[[Owner], None]) -> None:
         """Call `listener(owner)` for each owner that gains a container (the
-        reconciler watches it, to notice its end at once)."""
+        orphan sweep watches it, to notice its end at once)."""
         self._owner_listeners.append(listener)
 
     def _watch(self, owner: Optional[Owner]) -> None:
@@ -164,7 +139,7 @@ class AgentService:
 
     # --- helpers ----------------------------------------------------------------------------
 
-    def _control(self) -> List[devices.DeviceNode]:
+    def control_devices(self) -> List[devices.DeviceNode]:
         """The control devices, read again at most every CONTROL_TTL seconds
         (nvidia-uvm's major is dynamic: a module reload may change it)."""
         read_at, nodes = self._control_read
@@ -174,12 +149,12 @@ class AgentService:
             self._control_read = (now, nodes)
         return list(nodes)
 
-    def _rules(self, keys) -> List[devices.Rule]:
+    def device_rules(self, keys) -> List[devices.Rule]:
         granted = [self.gpus.get(k) or Gpu(-1, k, "", "", 0, "", "") for k in keys
                    if k in self.gpus or k < 256]      # an unknown MIG key names no node
-        return devices.container_rules(granted, self._control())
+        return devices.container_rules(granted, self.control_devices())
 
-    def _get(self, container_id: str) -> Holding:
+    def holding(self, container_id: str) -> Holding:
         h = self.holdings.get(check_container_id(container_id))
         if h is None:
             raise NotFound(f"unknown container {container_id}: it was never prepared here, "
@@ -199,7 +174,7 @@ class AgentService:
         self.allocator.release(h.whole_gpus)
         self._compact_if_large()
 
-    def _unhealthy(self) -> Dict[int, str]:
+    def unhealthy(self) -> Dict[int, str]:
         """key -> why, for each device not to be given: its GPU is not healthy (a fault
         of a GPU in MIG mode is a fault of every MIG device on it), or it is a MIG
         device gone from NVML (daemon/mig_watch.py)."""
@@ -249,16 +224,9 @@ class AgentService:
             raise Forbidden(f"container {h.container_id} was prepared by "
                             f"{h.owner.describe()}; process {caller.pid} may not {what} it")
 
-    @staticmethod
-    def _check_descendant(pid: int, caller: Owner) -> None:
-        if not is_descendant(pid, caller.pid):
-            raise Forbidden(f"pid {pid} is neither the caller (pid {caller.pid}) nor one of "
-                            "its descendants: a container takes only its own executor's "
-                            "processes")
-
     def _grant(self, h: Holding, control: Optional[List[devices.DeviceNode]] = None) -> Grant:
         gpus = [self.gpus[m] for m in h.gpus if m in self.gpus]
-        control = self._control() if control is None else control
+        control = self.control_devices() if control is None else control
         nodes = control + devices.granted_nodes(gpus, self.dev_dir)
         uuids = ",".join(g.uuid for g in gpus)
         mig = any(g.key != g.minor for g in gpus)
@@ -310,12 +278,13 @@ class AgentService:
                              else not held.share and len(held.gpus) == request.gpus
                              and self._profile_of(held) == request.mig_profile)):
                     return self._grant(held)          # the same request again: a retry
+                by = held.owner.describe() if held.owner else "an unknown process"
                 raise Conflict(f"container {request.container_id} is already prepared "
-                               f"(holding GPUs {list(held.gpus)}, by {held.owner.describe() if held.owner else 'an unknown process'})")
+                               f"(holding GPUs {list(held.gpus)}, by {by})")
             if request.share is not None:
                 h = self._share_holding(request, caller)
             else:
-                chosen = self.allocator.allocate(request.gpus, unhealthy=self._unhealthy(),
+                chosen = self.allocator.allocate(request.gpus, unhealthy=self.unhealthy(),
                                                  profile=request.mig_profile)
                 h = Holding(request.container_id, request.container_type,
                             tuple(g.key for g in chosen), tuple(g.uuid for g in chosen),
@@ -339,7 +308,7 @@ class AgentService:
         refused by name when it is not a multiple of the granularity, above the MPS
         cap, on an unhealthy GPU or more than is left."""
         shared, _ = self.shares.choose(request.share, self.holdings.values(),
-                                       self._unhealthy())
+                                       self.unhealthy())
         minor = shared.gpu.minor
         if shared.sharing == "mps":
             control = self.mps.get(minor)
@@ -355,7 +324,7 @@ class AgentService:
         if request.docker_id is not None:
             self._check_docker_label(request.container_id, request.docker_id)   # no lock held
         with self.lock:
-            h = self._get(request.container_id)
+            h = self.holding(request.container_id)
             self._check_owner(h, caller, "isolate")
             if h.state == "isolated":
                 if ((request.pid is not None and h.placed and h.placed.pid == request.pid)
@@ -375,44 +344,20 @@ class AgentService:
                 if request.pid is None:
                     raise BadRequest(f"container {h.container_id} is a MESOS container: "
                                      "isolate it by 'pid'")
-                h = self._isolate_cgroup(h, request.pid, caller)
+                h = mesos_cgroups.enter_new(self.cgroups, h, request.pid, caller,
+                                           self.device_rules(h.gpus))
             try:
                 self._put(h)   # recovery must know it was isolated: see cleanup
             except LedgerUnwritable as e:
-                self._undo_move(h)
+                mesos_cgroups.undo_move(self.cgroups, h)
                 log.error("isolate of %s refused: %s", h.container_id, e)
                 raise
             return self._grant(h)
 
-    def _undo_move(self, h: Holding) -> None:
-        """An isolate that cannot be recorded is not done: its cgroups go, the process
-        is moved out of them (not killed), and the holding stays prepared."""
-        if not h.cgroups:
-            return
-        try:
-            self.cgroups.remove(h.cgroups, ours=lambda pid: False)
-        except OSError as e:    # recovery strips an unrecorded cgroup of every GPU
-            log.warning("container %s: cannot remove its unrecorded cgroups: %s",
-                        h.container_id, e)
-
     def _placed_before_crash(self, h: Holding, pid: int, caller: Owner) -> Holding:
         """The same isolate again, after a crash between the move and its record:
-        recovery found the process in the cgroups and recorded them without it. It is
-        moved again (the crash may have cut the move between hierarchies) and recorded."""
-        if pid not in (self.cgroups.procs(h.cgroups) or []):
-            raise Conflict(f"container {h.container_id} is already isolated")
-        self._check_descendant(pid, caller)
-        placed = Placed.of_process(pid)
-        try:
-            if placed is None:
-                raise ProcessLookupError(pid)
-            self.cgroups.enter(h.cgroups, pid)
-        except CgroupVanished as e:
-            raise Gone(f"container {h.container_id}: its cgroup {e} vanished; "
-                       "the container is gone, call cleanup") from None
-        except OSError:
-            raise BadRequest(f"pid {pid}: the process exited before it could be isolated")
-        h = replace(h, placed=placed, runtime_cgroups=self._runtime_cgroups(h, pid))
+        recovery found the process in the cgroups and recorded them without it."""
+        h = mesos_cgroups.enter_again(self.cgroups, h, pid, caller)
         try:
             self._put(h)
         except LedgerUnwritable as e:
@@ -424,7 +369,7 @@ class AgentService:
 
     def _check_docker_label(self, container_id: str, docker_id: str) -> None:
         """The Docker container must carry our label with this container id. Asked of the
-        engine before the service lock is taken: the engine may be slow."""
+        engine before the isolator's lock is taken: the engine may be slow."""
         if self.docker is None:
             return
         try:
@@ -437,37 +382,9 @@ class AgentService:
             raise BadRequest(f"docker_id {docker_id}: its label mesos-gpu.container-id is "
                              f"{label!r}, not {container_id!r}")
 
-    def _isolate_cgroup(self, h: Holding, pid: int, caller: Owner) -> Holding:
-        placed = Placed.of_process(pid)
-        if placed is None:
-            raise BadRequest(f"pid {pid}: no such process")
-        self._check_descendant(pid, caller)
-        if self.cgroups.existing(self.cgroups.paths(h.container_id)):
-            raise Conflict(f"container {h.container_id}: a cgroup of that name already exists")
-        runtime = self._runtime_cgroups(h, pid)
-        try:
-            paths = self.cgroups.create(h.container_id, self._rules(h.gpus), pid)
-        except ProcessLookupError:
-            raise BadRequest(f"pid {pid}: the process exited before it could be isolated")
-        except OSError as e:
-            raise Conflict(f"container {h.container_id}: cannot create its cgroup: {e}")
-        crashpoints.reached("isolate:after_move", h.container_id)
-        log.info("isolated %s: pid %d in %s, GPUs %s", h.container_id, pid,
-                 ", ".join(paths.values()), list(h.gpus))
-        return replace(h, state="isolated", cgroups=paths, placed=placed, runtime_cgroups=runtime)
-
-    @staticmethod
-    def _runtime_cgroups(h: Holding, pid: int) -> Tuple[str, ...]:
-        """The cgroups runc made for the container: they carry its id as their name."""
-        try:
-            return tuple(sorted(path for path in cgroup_host.process_cgroups(pid).values()
-                                if os.path.basename(path.rstrip("/")) == h.container_id))
-        except OSError:
-            raise BadRequest(f"pid {pid}: the process exited before it could be isolated")
-
     def update(self, request: UpdateRequest, caller: Owner) -> Grant:
         with self.lock:
-            h = self._get(request.container_id)
+            h = self.holding(request.container_id)
             self._check_owner(h, caller, "update")
             if h.container_type == DOCKER and h.state == "isolated":
                 raise Conflict(f"container {h.container_id}: Docker cannot add or remove "
@@ -493,7 +410,7 @@ class AgentService:
         return next((getattr(self.gpus[k], "profile", "") for k in h.gpus if k in self.gpus), "")
 
     def _grow(self, h: Holding, more: int) -> Holding:
-        added = self.allocator.allocate(more, held=h.gpus, unhealthy=self._unhealthy(),
+        added = self.allocator.allocate(more, held=h.gpus, unhealthy=self.unhealthy(),
                                         profile=self._profile_of(h))
         new = replace(h, gpus=h.gpus + tuple(g.key for g in added),
                       uuids=h.uuids + tuple(g.uuid for g in added))
@@ -506,7 +423,7 @@ class AgentService:
         crashpoints.reached("update:after_ledger", h.container_id)
         try:
             if h.state == "isolated":
-                self.cgroups.apply(h.cgroups, self._rules(new.gpus))
+                self.cgroups.apply(h.cgroups, self.device_rules(new.gpus))
         except CgroupVanished as e:
             try:
                 self._put(h)
@@ -526,7 +443,7 @@ class AgentService:
         new = replace(h, gpus=gpus, uuids=tuple(u for m, u in zip(h.gpus, h.uuids) if m in keep))
         if h.state == "isolated":
             try:
-                self.cgroups.apply(h.cgroups, self._rules(gpus))
+                self.cgroups.apply(h.cgroups, self.device_rules(gpus))
             except CgroupVanished as e:
                 raise Gone(f"container {h.container_id}: its cgroup {e} vanished; "
                            "the container is gone, call cleanup") from None
@@ -543,7 +460,7 @@ class AgentService:
     def cleanup(self, request: CleanupRequest) -> Cleanup:
         """The container's end, as its owner (or an operator) reports it: its cgroups
         emptied and removed, its GPUs back. A Docker container is the caller's to
-        remove (the reconciler removes one whose owner is gone)."""
+        remove (the orphan sweep removes one whose owner is gone)."""
         with self.lock:
             # stopped for a GPU fault: said even when the owner's cleanup overtakes the
             # stop (a Docker container is removed outside the lock)
@@ -551,8 +468,8 @@ class AgentService:
             stopped = GpuFaultStop(stop.message, stop.uuids, stop.xid) if stop else None
             if stopped is not None and request.container_id not in self.holdings:
                 return Cleanup(request.container_id, stopped=stopped)
-            h = self._get(request.container_id)
-            killed = self._remove_cgroups(h)
+            h = self.holding(request.container_id)
+            killed = mesos_cgroups.remove(self.cgroups, h)
             crashpoints.reached("cleanup:after_kernel", h.container_id)
             try:
                 self._drop(h)
@@ -568,24 +485,11 @@ class AgentService:
             log.info("cleaned up %s: GPUs %s back to the pool", h.container_id, list(h.gpus))
             return Cleanup(h.container_id, h.gpus, tuple(killed), stopped)
 
-    def _remove_cgroups(self, h: Holding) -> List[int]:
-        if h.container_type != MESOS:
-            return []
-        ours = h.placed.family if h.placed else None
-        killed = self.cgroups.remove({**self.cgroups.paths(h.container_id), **h.cgroups}, ours)
-        for path in h.runtime_cgroups:
-            try:
-                killed += cgroup_paths.remove(path, timeout=2.0, ours=ours,
-                                              evict_to=os.path.dirname(path))
-            except OSError as e:
-                log.warning("container %s: cannot remove %s: %s", h.container_id, path, e)
-        return sorted(set(killed))
-
     def release(self, h: Holding, reason: str, why: str, stop: bool = True) -> bool:
         """Give back the GPUs of a container nobody holds any more (`reason` is a short
         code counted in the metrics, `why` the sentence logged) and, with `stop`, stop the
         container too; False when the holding changed meanwhile (its owner cleaned it up,
-        say) and nothing was done. A Docker container is removed without the service lock
+        say) and nothing was done. A Docker container is removed without the isolator's lock
         (the engine may be slow); its GPUs stay held until it is gone."""
         with self.lock:
             if self.holdings.get(h.container_id) is not h:
@@ -600,11 +504,11 @@ class AgentService:
         with self.lock:
             if self.holdings.get(h.container_id) is not h:
                 return False
-            killed = self._remove_cgroups(h) if stop else []
+            killed = mesos_cgroups.remove(self.cgroups, h) if stop else []
             crashpoints.reached("release:after_stop", h.container_id)
             try:
                 self._drop(h)
-            except LedgerUnwritable as e:       # the next reconciliation pass tries again
+            except LedgerUnwritable as e:       # the next sweep tries again
                 if h.container_id not in self._unrecorded:
                     log.warning("container %s: its release cannot be recorded yet (tried "
                                 "again each pass): %s", h.container_id, e)
@@ -623,173 +527,9 @@ class AgentService:
             if self.holdings.get(h.container_id) is h:
                 try:
                     self._put(replace(h, state="isolated", docker_id=docker_id))
-                except LedgerUnwritable as e:   # the next reconciliation pass tries again
+                except LedgerUnwritable as e:   # the next sweep tries again
                     log.warning("container %s: cannot record it as isolated yet: %s",
                                 h.container_id, e)
                     return
                 log.info("container %s: its Docker container %s runs: recorded as isolated",
                          h.container_id, docker_id[:12])
-
-    def usage(self, container_id: str) -> Usage:
-        """The container's GPUs now: the whole GPU's figures (a MIG device's own memory and
-        processes: nvml_health.sample_mig), and its own processes'."""
-        with self.lock:
-            h = self._get(container_id)
-            gpus = [self.gpus[m] for m in h.gpus if m in self.gpus]
-        samples = {}
-        if gpus:
-            # NVML may hang (a driver in trouble): a few usage requests wait on it, the
-            # next are refused at once, so the workers stay free for the other routes
-            if not self._usage_slots.acquire(blocking=False):
-                raise Unavailable(f"NVML: {USAGE_SLOTS} usage requests are still waiting on "
-                                  f"NVML calls; try later")
-            try:
-                if self.monitor is not None and self.monitor.holds_nvml:
-                    # NVML is initialised for the daemon's life: no session, whose lock
-                    # would make each usage wait on another's stuck call
-                    samples = {g.key: nvml_health.sample_unit(g) for g in gpus}
-                else:
-                    with nvml.session(self.nvml_library):
-                        samples = {g.key: nvml_health.sample_unit(g) for g in gpus}
-            except nvml.NvmlUnavailable as e:
-                raise Unavailable(f"NVML: {e}") from None
-            finally:
-                self._usage_slots.release()
-        return Usage(h.container_id, tuple(gpu_usage(g, samples[g.key], h) for g in gpus))
-
-    # --- GPU health -----------------------------------------------------------------------------
-
-    def gpu_fault(self, minor: int, fault: Fault) -> None:
-        """A fault on a managed GPU (from the health monitor): unhealthy now, and when
-        the fault loses the work on it, the containers holding it are stopped."""
-        if self.health is None or minor not in self.physical:
-            return
-        self.health.fault(minor, fault)
-        if not (fault.kills and self.kill_on_fault):
-            return
-        on_it = {k for k, g in self.gpus.items() if g.minor == minor}   # its MIG devices too
-        with self.lock:
-            holders = [h for h in self.holdings.values() if on_it & set(h.gpus)]
-        gpu = self.physical[minor]
-        for h in holders:
-            message = f"GPU {minor} ({gpu.uuid}) became unhealthy: {fault.detail}"
-            if self.fault_stop(h) is None:   # a condition that holds comes back every poll
-                self.health.record_stop(Stop(h.container_id, message, (minor,), (gpu.uuid,),
-                                             fault.xid, time.time()))
-                with self.lock:
-                    self.counters["gpu_fault_stops"] += 1
-            crashpoints.reached("gpu_fault:after_record", h.container_id)
-            # not done (Docker did not answer, the holding changed meanwhile, the daemon
-            # died): the reconciler stops it, the stop being on record
-            self.release(h, "gpu_unhealthy", message)
-
-    def mps_restarted(self, control: MpsControl, why: str) -> None:
-        """A GPU's MPS control daemon died and was restarted: its tenants' clients were
-        served by what it started, and their limits can no longer be vouched for, so
-        they are stopped as for a GPU fault that loses the work on it (their tasks fail
-        naming it and are replaced)."""
-        self._stop_mps_tenants(control, why, "mps_restarts", time.time())
-
-    def mps_server_failed(self, control: MpsControl, failure: ServerFailure) -> None:
-        """A GPU's MPS server failed under its living control daemon: the CUDA contexts
-        of every tenant it served are lost. Its tenants prepared before the failure are
-        stopped as for a GPU fault (a tenant prepared after it starts on a new server)."""
-        self._stop_mps_tenants(control, failure.why, "mps_server_failures", failure.at)
-
-    def _stop_mps_tenants(self, control: MpsControl, why: str, counter: str,
-                          before: float) -> None:
-        minor = next((m for m, c in self.mps.items() if c is control), None)
-        if minor is None:
-            return
-        gpu = self.gpus[minor]
-        with self.lock:
-            self.counters[counter] += 1
-            tenants = [h for h in self.holdings.values()
-                       if h.share and h.gpus[0] == minor and h.prepared_at <= before]
-        message = f"GPU {gpu.index} ({gpu.uuid}) shared under MPS: {why}"
-        for h in tenants:
-            if self.health is not None and self.fault_stop(h) is None:
-                self.health.record_stop(Stop(h.container_id, message, (minor,), (gpu.uuid,),
-                                             None, time.time()))
-            self.release(h, "mps_failed", message)
-
-    def fault_stop(self, h: Holding) -> Optional[Stop]:
-        """The stop decided for this container because a GPU it held got a fault that
-        loses the work on it; None when none was (since it was prepared)."""
-        stop = self.health.stop_of(h.container_id) if self.health is not None else None
-        return stop if stop is not None and stop.at >= h.prepared_at else None
-
-    def health_report(self) -> NodeHealth:
-        if self.health is None:
-            return NodeHealth((), "off")
-        with self.lock:
-            holder: Dict[int, str] = {}
-            for cid, h in sorted(self.holdings.items()):
-                for minor in sorted({self.gpus[k].minor for k in h.gpus if k in self.gpus}):
-                    holder[minor] = ",".join(filter(None, (holder.get(minor), cid)))
-        snapshot = self.monitor.snapshot() if self.monitor is not None else {}
-        gpus = []
-        for s in self.health.all():
-            g = self.physical[s.minor]
-            gpus.append(GpuHealth(
-                minor=s.minor, index=g.index, uuid=g.uuid, name=g.name, state=s.state,
-                since=s.since, reason=s.reason, cause=s.cause, xid=s.xid,
-                self_check_at=s.quiet_until if s.state == UNHEALTHY else None,
-                container_id=holder.get(s.minor, ""), shared=s.minor in self.shares.gpus))
-        return NodeHealth(tuple(gpus), snapshot.get("status", "not monitored"),
-                          snapshot.get("sampled_at", 0.0))
-
-    def info(self) -> Dict:
-        with self.lock:
-            return {"inventory": self.inventory.to_json(),
-                    "managed": sorted(self.gpus),
-                    "withdrawn": {str(k): why for k, why in sorted(self.withdrawn.items())},
-                    "mig_devices": {str(k): {"uuid": g.uuid, "parent_uuid": g.parent_uuid,
-                                             "profile": g.profile}
-                                    for k, g in self.gpus.items() if k != g.minor},
-                    "free": sorted(self.allocator.available),
-                    "allocated": sorted(self.allocator.allocated),
-                    "cgroups": {"host": self.cgroups.host.to_json(),
-                                "versions": self.cgroups.versions, "root": self.cgroups.root},
-                    "control_devices": [n.to_json() for n in self._control()],
-                    "volume": {"name": self.volume.name, "path": self.volume.path}
-                    if self.volume else None,
-                    "ledger": {"path": self.ledger.path, "journal": self.ledger.journal_path,
-                               "writes": self.ledger.writes},
-                    "counters": dict(self.counters),
-                    "unhealthy": {str(m): why for m, why in self._unhealthy().items()},
-                    "containers": {cid: h.to_json() for cid, h in self.holdings.items()},
-                    "shared": self._shared_info()}
-
-    def _shared_info(self) -> Dict:
-        """Each shared GPU: how, its slots, who holds what, its MPS control daemon."""
-        used = self.shares.used_slots(self.holdings.values())
-        out = {}
-        for minor, s in sorted(self.shares.gpus.items()):
-            tenants = {cid: h.share for cid, h in self.holdings.items()
-                       if h.share and h.gpus[0] == minor}
-            out[str(s.gpu.index)] = {
-                "minor": minor, "uuid": s.gpu.uuid, "sharing": s.sharing,
-                "granularity": s.granularity, "max_share": s.max_share,
-                "slots": s.slots, "free_slots": s.slots - used[minor],
-                "free": round((s.slots - used[minor]) * s.granularity, 6),
-                "tenants": tenants, "isolation": s.isolation,
-                "mps_control": self.mps[minor].to_json() if minor in self.mps else None}
-        return out
-
-
-def gpu_usage(g: Gpu, sample: nvml_health.DeviceSample, h: Holding) -> GpuUsage:
-    """One GPU of a container: the GPU's figures, and those of the container's processes."""
-    mine = process_containers.of_processes([p.pid for p in sample.processes], h)
-    processes = tuple(ProcessUsage(p.pid, p.memory_used, p.sm_utilization, mine[p.pid])
-                      for p in sample.processes)
-    own = [p for p in processes if p.in_container]
-    return GpuUsage(minor=g.minor, uuid=g.uuid, index=g.index,
-                    memory_used=sample.memory_used or 0,
-                    memory_total=sample.memory_total or g.memory_total,
-                    gpu_utilization=sample.gpu_utilization,
-                    memory_utilization=sample.memory_utilization,
-                    task_memory_used=sum(p.memory_used for p in own),
-                    task_sm_utilization=process_containers.task_sm_utilization(
-                        [p.sm_utilization for p in own], len(own), g.key != g.minor, h),
-                    processes=processes)

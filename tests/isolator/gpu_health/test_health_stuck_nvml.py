@@ -13,7 +13,7 @@ import pytest
 from localcluster.fake_nvml.control import Control
 from tests.bed import waiting
 from tests.bed.prometheus import families as parse, values
-from tests.isolator.conftest import new_prober
+from tests.bed.cgroups import new_prober
 
 FAST = ["--health_poll_interval", "0.2", "--health_quiet_period", "30",
         "--reconcile_interval", "0.5"]
@@ -122,7 +122,7 @@ def test_usage_requests_stuck_in_nvml_leave_the_other_routes_free(node):
     and nothing waits on another request's stuck call."""
     import threading
     from isolator.client import AgentClient, AgentError
-    from isolator.daemon.service import USAGE_SLOTS
+    from isolator.containers.views import USAGE_SLOTS
     agent = node()
     c = agent.client
     for i in range(7):                        # one GPU left for a prepare meanwhile

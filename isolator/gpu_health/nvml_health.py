@@ -1,26 +1,7 @@
-"""What NVML says about a GPU's health and load: its events, and a sample of its figures.
-
-- `EventListener`: one NVML event set (nvmlEventSetCreate) with every managed GPU
-  registered (nvmlDeviceRegisterEvents) for XID critical errors and single- and
-  double-bit ECC errors, as far as the GPU supports them
-  (nvmlDeviceGetSupportedEventTypes); `wait()` is nvmlEventSetWait. Events that
-  happen while nobody waits queue in the set, so a wait that failed for a while
-  loses nothing as long as the same set is waited on again.
-- `sample()`: per GPU, what has no event (and what Prometheus wants): utilisation,
-  memory, temperature and its slowdown threshold, power, ECC counts, retired pages
-  (and whether some wait for retirement), remapped rows (pending, failed), the
-  compute processes with their memory and SM utilisation. A GPU that answers
-  NVML_ERROR_GPU_IS_LOST has fallen off the bus. Calls a GPU does not support
-  are skipped; other errors are reported per function, not raised.
-- `sample_mig()`: a MIG device's figures: its own memory and compute processes
-  (NVML answers nvmlDeviceGetMemoryInfo and nvmlDeviceGetComputeRunningProcesses
-  on the MIG device's handle), the rest its parent GPU's sample (temperature,
-  power, ECC and pages are one GPU's). NVML has no utilisation per MIG device
-  (nvmlDeviceGetUtilizationRates and per-process samples: not supported), so none
-  is reported rather than the whole GPU's; `sample_unit()` picks for a record.
-
-Callers hold NVML initialised (isolator.discovery.nvml.hold). NVML indices throughout.
-"""
+"""What NVML says about a GPU's health and load: its events (EventListener) and a
+sample of its figures (sample; sample_mig for a MIG device, which has its own
+memory and processes but no utilisation of its own). Callers hold NVML initialised
+(isolator.discovery.nvml.hold); NVML indices throughout."""
 import ctypes
 from dataclasses import dataclass, field, replace
 from typing import Callable, Dict, List, Optional, Sequence

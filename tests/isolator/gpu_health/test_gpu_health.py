@@ -1,17 +1,17 @@
-"""The GPU health state machine (isolator/health/gpu_health.py) on a clock the test turns,
-its file, and the XID classification (isolator/health/xid_catalog.py)."""
+"""The GPU health state machine (isolator/gpu_health/book.py) on a clock the test turns,
+its file, and the XID classification (isolator/gpu_health/xid_catalog.py)."""
 import json
 
 import pytest
 
-from isolator.health import gpu_health, xid_catalog
+from isolator.gpu_health import book, xid_catalog
 from isolator.discovery.gpu import Gpu
-from isolator.health.gpu_health import HEALTHY, PROBING, UNHEALTHY, Fault, HealthBook, Stop
-from isolator.health.xid_catalog import APPLICATION, KILL, UNHEALTHY as XID_UNHEALTHY, Classifier
+from isolator.gpu_health.book import HEALTHY, PROBING, UNHEALTHY, Fault, HealthBook, Stop
+from isolator.gpu_health.xid_catalog import APPLICATION, KILL, UNHEALTHY as XID_UNHEALTHY, Classifier
 
 GPUS = [Gpu(i, i, f"GPU-{i}", "Tesla V100", 16 << 30, f"00000000:0{i}:00.0", "7.0")
         for i in range(4)]
-XID79 = Fault(gpu_health.XID, "XID 79 (GPU has fallen off the bus)", kills=True, xid=79)
+XID79 = Fault(book.XID, "XID 79 (GPU has fallen off the bus)", kills=True, xid=79)
 
 
 class Clock:
@@ -22,13 +22,13 @@ class Clock:
         return self.now
 
 
-def book(tmp_path, quiet=60.0, clock=None):
+def new_book(tmp_path, quiet=60.0, clock=None):
     return HealthBook(GPUS, str(tmp_path / "health.json"), quiet, clock or Clock())
 
 
 def test_fault_quiet_period_self_check_and_back(tmp_path):
     clock = Clock()
-    b = book(tmp_path, clock=clock)
+    b = new_book(tmp_path, clock=clock)
     assert b.not_healthy() == {}
     t = b.fault(2, XID79)
     assert (t.old, t.new, t.minor) == (HEALTHY, UNHEALTHY, 2)
@@ -48,24 +48,24 @@ def test_fault_quiet_period_self_check_and_back(tmp_path):
 
 def test_a_new_fault_restarts_the_quiet_period(tmp_path):
     clock = Clock()
-    b = book(tmp_path, clock=clock)
+    b = new_book(tmp_path, clock=clock)
     b.fault(1, XID79)
     clock.now += 50
-    b.fault(1, Fault(gpu_health.THERMAL, "95 C, at or above its slowdown temperature 90 C"))
+    b.fault(1, Fault(book.THERMAL, "95 C, at or above its slowdown temperature 90 C"))
     clock.now += 50
     assert b.due() == []                             # 50 s after the last fault, not 100
-    assert b.state(1).cause == gpu_health.THERMAL
+    assert b.state(1).cause == book.THERMAL
     clock.now += 10
     assert b.due() == [1]
 
 
 def test_failed_self_check_and_flapping_gpus_wait_longer(tmp_path):
     clock = Clock()
-    b = book(tmp_path, quiet=10.0, clock=clock)
+    b = new_book(tmp_path, quiet=10.0, clock=clock)
     b.fault(0, XID79)
     clock.now += 10
     assert b.due() == [0]
-    t = b.probed(0, Fault(gpu_health.SELF_CHECK, "self-check: GPU is lost"))
+    t = b.probed(0, Fault(book.SELF_CHECK, "self-check: GPU is lost"))
     assert (t.old, t.new) == (PROBING, UNHEALTHY) and b.state(0).reason == "self-check: GPU is lost"
     clock.now += 10
     assert b.due() == [0]
@@ -91,7 +91,7 @@ def test_failed_self_check_and_flapping_gpus_wait_longer(tmp_path):
 
 def test_state_survives_a_restart_and_a_probe_in_flight_runs_again(tmp_path):
     clock = Clock()
-    b = book(tmp_path, clock=clock)
+    b = new_book(tmp_path, clock=clock)
     b.fault(2, XID79)
     b.fault(3, XID79)
     clock.now += 60
@@ -99,7 +99,7 @@ def test_state_survives_a_restart_and_a_probe_in_flight_runs_again(tmp_path):
     b.probed(3, None)
     b.record_stop(Stop("c1", "GPU 2 (GPU-2) became unhealthy: XID 79", (2,), ("GPU-2",), 79,
                        clock.now))
-    again = book(tmp_path, clock=clock)
+    again = new_book(tmp_path, clock=clock)
     assert again.load() == 1
     s = again.state(2)
     assert (s.state, s.reason, s.xid) == (UNHEALTHY, "XID 79 (GPU has fallen off the bus)", 79)
@@ -108,21 +108,21 @@ def test_state_survives_a_restart_and_a_probe_in_flight_runs_again(tmp_path):
     assert again.stop_of("c1").message == "GPU 2 (GPU-2) became unhealthy: XID 79"
     clock.now += 25 * 3600
     assert again.stop_of("c1") is None               # kept a day
-    known = gpu_health.known_gpus(str(tmp_path / "health.json"))
+    known = book.known_gpus(str(tmp_path / "health.json"))
     assert known["GPU-2"] == GPUS[2]
 
 
 def test_a_file_of_other_gpus_or_garbage_starts_afresh(tmp_path):
-    b = book(tmp_path)
+    b = new_book(tmp_path)
     b.fault(1, XID79)
     path = tmp_path / "health.json"
     doc = json.loads(path.read_text())
     doc["gpus"]["1"]["uuid"] = "GPU-someone-else"
     path.write_text(json.dumps(doc))
-    assert book(tmp_path).load() == 0                # another GPU at minor 1 now
+    assert new_book(tmp_path).load() == 0                # another GPU at minor 1 now
     path.write_text("{not json")
-    assert book(tmp_path).load() == 0
-    assert json.loads(path.read_text())["format"] == gpu_health.FORMAT   # rewritten whole
+    assert new_book(tmp_path).load() == 0
+    assert json.loads(path.read_text())["format"] == book.FORMAT   # rewritten whole
 
 
 def test_xid_classes_after_nvidias_catalogue():

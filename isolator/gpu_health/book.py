@@ -1,30 +1,7 @@
-"""Each GPU's health: a state machine that heals itself, kept on disk.
-
-    healthy --fault--> unhealthy --quiet period--> probing --self-check passes--> healthy
-                           ^                          |
-                           +---self-check fails-------+
-
-- A fault (an XID that is not the application's, a double-bit ECC error, the
-  GPU off the bus, pages waiting for retirement, a failed row remapping, a GPU
-  at its slowdown temperature) makes the GPU unhealthy: it is never allocated
-  while it is not healthy (unhealthy or probing).
-- A GPU with no new fault for the quiet period is probed: an NVML self-check
-  (health_monitor.py). It passes: healthy and allocatable again, nothing
-  restarted. It fails: unhealthy again, with the self-check's reason.
-- A GPU that keeps failing is given longer to settle: the quiet period doubles
-  with each time it became unhealthy in the last STRIKE_WINDOW (24 h), up to
-  MAX_QUIET (a day). NVIDIA's device plugin never brings a GPU back; this one
-  does, without letting a flapping GPU take work every few minutes.
-
-Every transition is logged and counted. The state survives the daemon: it is
-written to <work_dir>/health.json (write, fsync, rename) on every change, with
-the GPUs' records (so a GPU that fell off the bus before a restart is still
-known by its UUID and minor) and the containers stopped for a fault (so an
-executor that asks after a restart still learns why its task was stopped).
-A state read back keeps its quiet period; a GPU caught probing is probed again.
-Conditions NVML still shows (pending retirements, a failed remapping, the GPU
-off the bus) are found again by the first poll, whatever the file says.
-"""
+"""Each GPU's health: a state machine that heals itself (healthy, unhealthy,
+probing), kept in <work_dir>/health.json with the containers stopped for a fault,
+so that a restart of the daemon forgets neither. The states and the quiet period:
+README.md, "GPU health"; what the file keeps: ARCHITECTURE.md."""
 import json
 import logging
 import os

@@ -21,10 +21,11 @@ from isolator.cgroups.docker_devices import docker_options, labels
 from localcluster import processes
 from localcluster.mesos import LocalCluster
 from tests.bed import waiting
-from tests.isolator.conftest import VERSION_MOUNTS, new_prober, only, open_gpus
+from tests.bed.agent_daemon import alive
+from tests.bed.cgroups import VERSION_MOUNTS, new_prober, only, open_gpus
 
 FAST = ["--reconcile_interval", "0.5"]
-# releases come at once (pidfd) or within a 0.5 s reconcile: ask often
+# releases come at once (pidfd) or within a 0.5 s sweep: ask often
 wait_until = functools.partial(waiting.wait_until, timeout=15.0, interval=0.05)
 
 # A stand-in executor: it prepares a container, starts the task process (a sleep) and
@@ -64,14 +65,6 @@ class Owner:
     def end(self) -> None:
         self.proc.stdin.close()
         self.proc.wait(10)
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def test_a_container_ends_with_its_owner(daemon_factory, cgroups_root):

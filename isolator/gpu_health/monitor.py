@@ -1,34 +1,7 @@
-"""The agent daemon's GPU health monitor: two threads over NVML.
-
-- the event thread waits on an NVML event set (nvml_health.EventListener) for
-  XID critical errors and ECC errors on the managed GPUs. An XID is classified
-  (xid_catalog); one that is not the application's, or a double-bit ECC error,
-  is a fault: the GPU becomes unhealthy (gpu_health) at once, and when the
-  fault loses the work running on the GPU, its containers are stopped
-  (AgentService.gpu_fault). A wait that fails is retried on the same set
-  (events queue in it meanwhile) with back-off; after RECREATE_AFTER failures
-  in a row the set is made anew, and a poll runs at once: the ECC counters
-  catch a double-bit error the gap hid (an XID in that gap is not observable
-  through NVML). A host whose NVML gives no events keeps the polls.
-- the poll thread samples every managed GPU every --health_poll_interval
-  (nvml_health.sample): the figures /metrics serves, and what has no event:
-  the GPU off the bus, pages waiting for retirement, a row remapping pending or
-  failed, a temperature at the slowdown threshold, double-bit errors counted
-  since the last poll. A condition that holds keeps the GPU unhealthy. Then it
-  probes the GPUs whose quiet period is over: the self-check is a fresh sample
-  that must answer (not lost, the same UUID, memory readable, every call that
-  the GPU supports succeeding) and show none of the conditions.
-
-Every NVML error is counted by function (mesos_gpu_nvml_errors_total); none
-stops a thread. An NVML error is not a GPU fault (except GPU_IS_LOST).
-
-An NVML call that hangs (a driver in trouble) holds up only its own thread: no
-lock of the daemon is held across an NVML call, and the API, /metrics and
-/v1/health read what the last poll left. Past STUCK_AFTER seconds the call is
-named in the monitor's status (/v1/health, `mesos-gpu info`) and in
-mesos_gpu_nvml_call_stuck_seconds; when it answers, a warning says how long it
-took, and polling goes on.
-"""
+"""The agent daemon's GPU health monitor: an event thread (XID and ECC events) and
+a poll thread (what has no event, and the self-check) over NVML; an NVML error is
+counted, never a GPU fault, and a hung call holds up only its own thread. How each
+thread recovers: ARCHITECTURE.md, "The node side in detail"."""
 import logging
 import threading
 import time
@@ -38,12 +11,12 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import pynvml
 
 from isolator.discovery import nvml
-from isolator.health import nvml_health
+from isolator.gpu_health import nvml_health
 from isolator.discovery.gpu import MIG_ENABLED, Gpu
-from isolator.health.gpu_health import (ECC_DBE, GPU_LOST, RETIRED_PAGES_PENDING, ROW_REMAP_FAILURE,
+from isolator.gpu_health.book import (ECC_DBE, GPU_LOST, RETIRED_PAGES_PENDING, ROW_REMAP_FAILURE,
                                  ROW_REMAP_PENDING, SELF_CHECK, THERMAL, XID, Fault, HealthBook)
-from isolator.health.nvml_health import DeviceSample, Event
-from isolator.health.xid_catalog import Classifier
+from isolator.gpu_health.nvml_health import DeviceSample, Event
+from isolator.gpu_health.xid_catalog import Classifier
 
 log = logging.getLogger("mesos-gpu.agent")
 WAIT_MS = 500                 # one nvmlEventSetWait; the thread checks for stop between
@@ -95,7 +68,7 @@ def self_check(sample: DeviceSample, gpu: Gpu) -> Optional[Fault]:
     return None
 
 
-class HealthMonitor:
+class GpuHealthMonitor:
     def __init__(self, gpus: Sequence[Gpu], book: HealthBook, classifier: Classifier,
                  on_fault: Callable[[int, Fault], None], library: Optional[str] = None,
                  poll_interval: float = 5.0, clock: Callable[[], float] = time.time) -> None:

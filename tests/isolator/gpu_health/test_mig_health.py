@@ -10,7 +10,7 @@ from isolator.client import AgentError
 from localcluster import fake_nvml
 from localcluster.fake_nvml.control import Control
 from tests.bed import waiting
-from tests.isolator.conftest import new_prober
+from tests.bed.cgroups import new_prober
 
 FAST = ["--health_poll_interval", "0.2", "--health_quiet_period", "2",
         "--reconcile_interval", "0.5"]

@@ -12,11 +12,11 @@ import time
 from typing import Dict, List, Optional, Sequence
 
 from isolator.discovery import nvml
-from isolator.health import nvml_health
+from isolator.gpu_health import nvml_health
 from isolator.api import HEALTHY, SOCKET_NAME, UNHEALTHY, NodeHealth
 from isolator.client import AgentClient, AgentError
 from isolator.discovery.gpu import Gpu
-from isolator.health.health_monitor import conditions
+from isolator.gpu_health.monitor import conditions
 
 
 def from_daemon(work_dir: str) -> Optional[NodeHealth]:

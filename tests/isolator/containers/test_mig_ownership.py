@@ -9,7 +9,7 @@ import sys
 
 from localcluster import fake_nvml
 from tests.bed import waiting
-from tests.isolator.allocation.test_ownership import alive
+from tests.bed.agent_daemon import alive
 
 OWNER = r"""
 import json, subprocess, sys

@@ -15,7 +15,8 @@ from isolator.client import AgentError
 from localcluster.fake_nvml.control import ERROR_UNKNOWN, Control
 from tests.bed import waiting
 from tests.bed.prometheus import families as parse, values
-from tests.isolator.conftest import minors_of, new_prober
+from tests.bed.agent_daemon import minors_of
+from tests.bed.cgroups import new_prober
 
 FAST = ["--health_poll_interval", "0.2", "--health_quiet_period", "2",
         "--reconcile_interval", "0.5"]
@@ -200,9 +201,11 @@ def test_sigkill_while_unhealthy_keeps_the_state(sick_node, probers):
 def test_sigkill_between_the_decision_and_the_stop_finishes_it_after_restart(sick_node,
                                                                             probers):
     """The daemon dies after the stop is on record, before it is done: the daemon that
-    comes back stops the container (the event is not delivered again: its reconciler
-    reads the record), and the executor still learns why."""
-    agent = sick_node(env={"MESOS_GPU_CRASH_AT": "gpu_fault:after_record@doomed"})
+    comes back stops the container (the event is not delivered again: its orphan sweep
+    reads the record), and the executor still learns why. A quiet period longer than
+    the test, so the GPU cannot heal before it is read, however slow the machine."""
+    slow_heal = ["--health_quiet_period", "60"]
+    agent = sick_node(slow_heal, env={"MESOS_GPU_CRASH_AT": "gpu_fault:after_record@doomed"})
     c = agent.client
     doomed, other = new_prober(probers), new_prober(probers)
     grant = c.prepare("doomed", 1)
@@ -214,7 +217,7 @@ def test_sigkill_between_the_decision_and_the_stop_finishes_it_after_restart(sic
     assert agent.proc.wait(15) == -signal.SIGKILL
     assert doomed.alive()                               # decided, not done
 
-    again = sick_node(work_dir=agent.work_dir)
+    again = sick_node(slow_heal, work_dir=agent.work_dir)
     wait_until(lambda: not doomed.alive(), 10, "the stop done by the new daemon")
     wait_until(lambda: "doomed" not in again.client.info()["containers"], 5, "GPUs back")
     assert other.alive() and "other" in again.client.info()["containers"]
@@ -229,7 +232,7 @@ def test_sigkill_between_the_decision_and_the_stop_finishes_it_after_restart(sic
     c2 = new_prober(probers)
     again.client.prepare("doomed", 1)
     again.client.isolate("doomed", pid=c2.pid)
-    time.sleep(1.5)                                     # three reconcile passes
+    time.sleep(1.5)                                     # three sweeps
     assert c2.alive() and "doomed" in again.client.info()["containers"]
 
 
