@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
 
 from pymesos import Executor, MesosExecutorDriver
 
-from framework.executor.cli import pull_timeout
+from framework.executor.pull_timeout import pull_timeout
 from framework.executor.agent_driver import AgentPathExecutorDriver, agent_api_path, duration_env
 from framework.tasks import taskinfo
 from framework.executor.health import HealthChecker, HealthStatus
