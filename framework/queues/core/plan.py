@@ -42,11 +42,22 @@ class Preemption:
     notice: PreemptionNotice           # to every task of the unit, then SIGKILL at deadline
 
 
+# why a unit waits, as a word for /metrics and the bench (the reason says it in full)
+RECLAIMING = "reclaiming"              # within its guarantee; borrowed GPUs on their way
+OWED = "owed"                          # within its guarantee; nothing can be reclaimed
+AT_LIMIT = "at-limit"                  # its queue would pass its limit
+NEVER_FITS = "never-fits"              # more than its queue's limit or the cluster
+NEXT = "next-by-fair-share"            # borrows next, when enough GPUs are free
+CLUSTER_FULL = "cluster-full"          # another queue borrows next
+BEHIND = "behind"                      # its queue's first waiting unit waits
+
+
 @dataclass(frozen=True)
 class Waiting:
     unit: WaitingUnit
     position: int                      # 1: first of its queue's waiting work
     reason: str                        # why it waits, in words
+    kind: str                          # one of the words above
 
     @property
     def text(self) -> str:
@@ -137,8 +148,9 @@ class _Pass:
         self.admitted: List[WaitingUnit] = []
         self.admitted_ids: set = set()
         self.preempted: List[Preemption] = []
-        self.reasons: Dict[str, str] = {}
+        self.reasons: Dict[str, Tuple[str, str]] = {}
         self.blocked: Dict[str, str] = {}               # queue -> the unit it waits behind
+        self.waits_for: Dict[str, str] = {}             # queue -> its first unit owed GPUs
 
     # -- the two phases ---------------------------------------------------------------
     def run(self) -> Plan:
@@ -162,7 +174,7 @@ class _Pass:
                 else:
                     continue
                 units.remove(unit)
-                self.reasons[unit.id] = why
+                self.reasons[unit.id] = (NEVER_FITS, why)
 
     def _guarantees(self) -> None:
         while True:
@@ -192,16 +204,18 @@ class _Pass:
         self.incoming[name] -= from_incoming
         shortfall = unit.gpus - from_free - from_incoming
         self.use[name] = self.use.get(name, ZERO) + unit.gpus
-        self.blocked[name] = unit.id
+        # the queue's next units within its guarantee reclaim in this same pass (one grace
+        # period for a whole backlog, not one per unit); none of it borrows meanwhile
+        self.waits_for.setdefault(name, unit.id)
         if shortfall <= 0:
-            self.reasons[unit.id] = self._on_their_way(unit, self.incoming_from[name],
-                                                       self.deadline[name])
+            self.reasons[unit.id] = (RECLAIMING, self._on_their_way(
+                unit, self.incoming_from[name], self.deadline[name]))
             return
         holding = {q: self.held[q] - self.leaving[q] for q in self.held}
         victims = choose_victims(shortfall, self.running, holding, self.queues, self.now,
                                  self.victim_order)
         if not victims:
-            self.reasons[unit.id] = (
+            self.reasons[unit.id] = (OWED,
                 f"within its guarantee of {describe(self.queues[name].guarantee)}, waiting "
                 f"for {describe(shortfall)} more: none can be reclaimed (no other queue "
                 f"holds preemptible work above its guarantee); free GPUs are kept for it")
@@ -219,7 +233,8 @@ class _Pass:
         self.incoming[name] += over                      # more than needed: later units'
         self.incoming_from[name] |= {v.queue for v in victims}
         self.deadline[name] = max(self.deadline.get(name, 0.0), deadline)
-        self.reasons[unit.id] = self._on_their_way(unit, {v.queue for v in victims}, deadline)
+        self.reasons[unit.id] = (RECLAIMING, self._on_their_way(
+            unit, {v.queue for v in victims}, deadline))
 
     def _on_their_way(self, unit: WaitingUnit, sources: Iterable[str], deadline: float) -> str:
         return (f"waiting for {describe(unit.gpus)} reclaimed from "
@@ -227,6 +242,8 @@ class _Pass:
                 f"deadline {clock(deadline)}")
 
     def _borrowing(self) -> None:
+        for name, first in self.waits_for.items():
+            self.blocked.setdefault(name, first)
         while True:
             heads = []
             for name, units in self.pending.items():
@@ -234,7 +251,7 @@ class _Pass:
                     continue
                 queue, unit = self.queues[name], units[0]
                 if queue.limit is not None and self.use.get(name, ZERO) + unit.gpus > queue.limit:
-                    self.reasons[unit.id] = (f"queue {name} at its limit of "
+                    self.reasons[unit.id] = (AT_LIMIT, f"queue {name} at its limit of "
                                              f"{describe(queue.limit)} "
                                              f"({describe(self.use.get(name, ZERO))} held)")
                     self.blocked[name] = unit.id
@@ -254,14 +271,14 @@ class _Pass:
 
     def _cluster_full(self, first: str, unit: WaitingUnit) -> None:
         self.pending[first].pop(0)
-        self.reasons[unit.id] = (f"next by fair share, waiting for {describe(unit.gpus)}: "
+        self.reasons[unit.id] = (NEXT, f"next by fair share, waiting for {describe(unit.gpus)}: "
                                  f"{describe(self.free)} free; borrowing waits until they are")
         self.blocked[first] = unit.id
         self.free = ZERO
         for name, units in self.pending.items():
             if units and name not in self.blocked:
                 head = units.pop(0)
-                self.reasons[head.id] = (f"the cluster is full; queue {name} is above its "
+                self.reasons[head.id] = (CLUSTER_FULL, f"the cluster is full; queue {name} is above its "
                                          f"guarantee of {describe(self.queues[name].guarantee)}"
                                          f" and queue {first} borrows next by fair share")
                 self.blocked[name] = head.id
@@ -279,12 +296,12 @@ class _Pass:
             for unit in units:
                 if unit.id in self.admitted_ids:
                     continue
-                why = self.reasons.get(unit.id)
-                if why is None:
+                kind, why = self.reasons.get(unit.id, (BEHIND, ""))
+                if kind == BEHIND:
                     ahead = self.blocked.get(name)
                     why = (f"behind {ahead}, which waits" if ahead else
                            "behind work of higher priority or earlier arrival")
-                waiting.append(Waiting(unit, self.position[unit.id], why))
+                waiting.append(Waiting(unit, self.position[unit.id], why, kind))
         return Plan(tuple(self.admitted), tuple(self.preempted), tuple(waiting),
                     self._statuses())
 
