@@ -66,4 +66,4 @@ def describe(amount: Fraction) -> str:
         number = str(int(amount))
     else:
         number = f"{float(amount):.3f}".rstrip("0").rstrip(".")
-    return f"{number} GPU" if amount <= 1 else f"{number} GPUs"
+    return f"{number} GPU" if 0 < amount <= 1 else f"{number} GPUs"

@@ -39,5 +39,6 @@ def test_amounts_are_written_and_said_plainly():
     assert amount_json(Fraction(8)) == 8 and isinstance(amount_json(Fraction(8)), int)
     assert amount_json(Fraction(1, 7)) == 0.142857
     assert describe(Fraction(16)) == "16 GPUs" and describe(Fraction(1)) == "1 GPU"
+    assert describe(Fraction(0)) == "0 GPUs"
     assert describe(Fraction(1, 4)) == "0.25 GPU" and describe(Fraction(5, 2)) == "2.5 GPUs"
     assert describe(Fraction(1, 7)) == "0.143 GPU"
