@@ -1,8 +1,11 @@
 """Teams' queues over a day of simulated time, through the queue policy (framework/queues).
 
 Four teams (weights 4:3:2:1, guarantees 3/4 of the cluster in the same ratio) keep work
-waiting (a closed loop: each refills its backlog as work starts) except for one quiet
-window each, after which the team is below its guarantee while others borrowed its GPUs.
+waiting (a closed loop: each refills its backlog as work starts). The first half of the
+day all four stay busy: each team's GPU share is measured there (after a warm-up of a
+16th of the day). In the second half the teams pause in turn, a tenth of the day each:
+back from a pause, a team is below its guarantee while the others borrowed its GPUs,
+and reclaims them. --seeds traces are run and their figures pooled.
 Work: services (non-preemptible single tasks), training gangs of 2-8 tasks x 8 GPUs,
 single tasks of 1, 2 or 4 GPUs, a 0.25 share or a 1g MIG device (1/7); most report
 checkpoints every 10-40 min, some never. Agents of 8 GPUs; a gang's tasks take whole
@@ -103,7 +106,7 @@ class Trace:
 
 
 class Simulation:
-    def __init__(self, args, order: str, preempt: bool):
+    def __init__(self, args, order: str, preempt: bool, seed: int):
         self.args, self.order, self.preempt = args, VICTIM_ORDERS[order], preempt
         capacity = args.agents * GPUS_PER_AGENT
         self.capacity = Fraction(capacity)
@@ -113,10 +116,16 @@ class Simulation:
                        for team, w in TEAMS]
         self.weights = dict(TEAMS)
         self.free = [Fraction(GPUS_PER_AGENT)] * args.agents
-        self.trace = Trace(args.seed)
+        self.trace = Trace(seed)
+        self.seeds = 1
         self.end = START + args.hours * 3600
-        self.quiet = {team: (START + args.hours * 3600 * (k + 0.25) / 4,
-                             START + args.hours * 3600 * (k + 0.25) / 4 + args.hours * 450)
+        # the first half of the day every team is busy (fair share is measured there);
+        # in the second, the teams pause in turn for a tenth of the day each (long enough
+        # for their work to end): while one pauses the others borrow its guarantee, and
+        # when it is back it reclaims
+        half, pause = args.hours * 1800, args.hours * 360
+        self.fair_until = START + half
+        self.quiet = {team: [(START + half + k * pause, START + half + (k + 1) * pause)]
                       for k, (team, _) in enumerate(TEAMS)}
         self.waiting: Dict[str, Work] = {}
         self.running: Dict[str, Started] = {}
@@ -184,8 +193,7 @@ class Simulation:
 
     def _arrivals(self, now: float) -> None:
         for team, _ in TEAMS:
-            start, end = self.quiet[team]
-            if start <= now < end:
+            if any(start <= now < end for start, end in self.quiet[team]):
                 continue
             backlog = sum(w.gpus for w in self.waiting.values() if w.team == team)
             while backlog < self.capacity * self.args.backlog:
@@ -210,7 +218,8 @@ class Simulation:
 
     def _pass(self, now: float) -> None:
         running, waiting = self._units(now)
-        self.recent = self.recent.advance(self._held(), now)
+        self.recent = self.recent.advance(self._held(), now,
+                                          {w.team for w in self.waiting.values()})
         cpu = time.process_time()
         result = plan(self.queues, running, waiting, self.capacity, now, self.recent, self.order)
         self.pass_cpu += time.process_time() - cpu
@@ -276,12 +285,23 @@ class Simulation:
         held = self._held()
         self.held_seconds += float(sum(held.values())) * span
         waiting_teams = {w.team for w in self.waiting.values()}
-        warm = now >= START + self.args.hours * 3600 / 16
+        warm = START + self.args.hours * 3600 / 16 <= now < self.fair_until
         if warm and len(waiting_teams) == len(TEAMS):      # all busy: every team waits
             for team in held:
                 self.busy_held[team] += float(held[team]) * span
 
     # -- figures ----------------------------------------------------------------------
+    def absorb(self, other: "Simulation") -> "Simulation":
+        """This run's figures pooled with another trace's."""
+        for team in self.busy_held:
+            self.busy_held[team] += other.busy_held[team]
+        self.latencies += other.latencies
+        self.admit_latencies += other.admit_latencies
+        for name in ("lost_gpu_seconds", "preemptions", "partial_gangs", "unplaced", "passes",
+                     "pass_cpu", "held_seconds", "seeds"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        return self
+
     def shares(self) -> Dict[str, float]:
         total = sum(self.busy_held.values()) or 1.0
         return {team: held / total for team, held in self.busy_held.items()}
@@ -303,20 +323,23 @@ def main(argv=None) -> int:
     p.add_argument("--backlog", type=float, default=0.15,
                    help="GPUs each team keeps waiting, as a part of the cluster")
     p.add_argument("--half-life", type=float, default=3600, help="of recent use, seconds")
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--seed", type=int, default=1, help="of the first trace")
+    p.add_argument("--seeds", type=int, default=3, help="traces run, figures pooled")
     a = p.parse_args(argv)
-    if a.agents < 1:
-        p.error("--agents must be at least 1")
+    if a.agents < 1 or a.seeds < 1:
+        p.error("--agents and --seeds must be at least 1")
     if a.hours <= 0 or a.grace < 0 or a.cycle <= 0 or a.backlog <= 0 or a.half_life <= 0:
         p.error("--hours, --cycle, --backlog and --half-life must be above 0, --grace not below")
-    runs = {}
+    runs: Dict[str, Simulation] = {}
     for name, order, preempt in (("least work lost", "least-work-lost", True),
                                  ("youngest first", "youngest-first", True),
                                  ("no preemption", "least-work-lost", False)):
-        wall = time.monotonic()
-        runs[name] = Simulation(a, order, preempt).run()
-        print(f"[{name}: {runs[name].passes} passes in {time.monotonic() - wall:.1f} s]",
-              file=sys.stderr, flush=True)
+        for seed in range(a.seed, a.seed + a.seeds):
+            wall = time.monotonic()
+            run = Simulation(a, order, preempt, seed).run()
+            print(f"[{name}, seed {seed}: {run.passes} passes in "
+                  f"{time.monotonic() - wall:.1f} s]", file=sys.stderr, flush=True)
+            runs[name] = runs[name].absorb(run) if name in runs else run
     report(a, runs)
     return 0
 
@@ -326,7 +349,7 @@ def report(a, runs: Dict[str, Simulation]) -> None:
     capacity = a.agents * GPUS_PER_AGENT
     print(f"queue trace: {a.agents} agents x {GPUS_PER_AGENT} GPUs ({capacity} GPUs), "
           f"{a.hours:g} h simulated, teams {', '.join(f'{t} w{w}' for t, w in TEAMS)}, "
-          f"grace {a.grace:g} s, a pass every {a.cycle:g} s")
+          f"grace {a.grace:g} s, a pass every {a.cycle:g} s, {a.seeds} traces pooled")
     names = list(runs)
     print(f"{'':34}" + "".join(f"{n:>17}" for n in names))
     total_weight = sum(w for _, w in TEAMS)
@@ -354,7 +377,7 @@ def report(a, runs: Dict[str, Simulation]) -> None:
     print(f"{'GPU-hours lost to preemption':34}" +
           "".join(f"{runs[n].lost_gpu_seconds / 3600:17.1f}" for n in names))
     print(f"{'GPU use of the cluster':34}" +
-          "".join(f"{100 * runs[n].held_seconds / (capacity * a.hours * 3600):16.1f}%"
+          "".join(f"{100 * runs[n].held_seconds / (capacity * a.hours * 3600 * runs[n].seeds):16.1f}%"
                   for n in names))
     print(f"{'admissions not placed (fragments)':34}" +
           "".join(f"{runs[n].unplaced:17d}" for n in names))

@@ -13,7 +13,7 @@ weighted DRF (held / weight), and a queue's average converges to its weighted sh
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Mapping, Optional, Tuple
+from typing import AbstractSet, Mapping, Optional, Tuple
 
 HALF_LIFE_SECONDS = 3600.0
 
@@ -32,9 +32,12 @@ class RecentUse:
                 return value
         return None
 
-    def advance(self, held: Mapping[str, Fraction], now: float) -> "RecentUse":
+    def advance(self, held: Mapping[str, Fraction], now: float,
+                wanting: Optional[AbstractSet[str]] = None) -> "RecentUse":
         """The averages at `now`, the queues having held `held` since `as_of` (call it at
-        each pass with what was held over the interval that ends)."""
+        each pass with what was held over the interval that ends). `wanting`: the queues
+        that had work waiting; one that had none restarts from what it holds, so time a
+        team did not want GPUs is neither owed to it later nor held against it."""
         names = {name for name, _ in self.average} | set(held)
         if self.as_of is None:
             return RecentUse(tuple(sorted((n, float(held.get(n, 0))) for n in names)), now,
@@ -43,6 +46,8 @@ class RecentUse:
         average = []
         for name in sorted(names):
             old = self.of(name) or 0.0
+            if wanting is not None and name not in wanting:
+                old = float(held.get(name, 0))
             average.append((name, old + (float(held.get(name, 0)) - old) * toward))
         return RecentUse(tuple(average), max(now, self.as_of), self.half_life)
 

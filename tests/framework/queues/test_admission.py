@@ -130,6 +130,7 @@ def test_the_cluster_full_reason_names_who_borrows_next():
     assert result.admit == ()
     assert result.why("b1").reason == ("next by fair share, waiting for 4 GPUs: 2 GPUs free; "
                                       "borrowing waits until they are")
+    assert result.why("a1").kind == CLUSTER_FULL
     assert result.why("a1").reason == ("the cluster is full; queue a is above its guarantee "
                                       "of 0 GPUs and queue b borrows next by fair share")
 
