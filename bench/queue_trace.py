@@ -6,12 +6,14 @@ day all four stay busy: each team's GPU share is measured there (after a warm-up
 16th of the day). In the second half the teams pause in turn, a tenth of the day each:
 back from a pause, a team is below its guarantee while the others borrowed its GPUs,
 and reclaims them. --seeds traces are run and their figures pooled.
-Work: services (non-preemptible single tasks), training gangs of 2-8 tasks x 8 GPUs,
-single tasks of 1, 2 or 4 GPUs, a 0.25 share or a 1g MIG device (1/7); most report
-checkpoints every 10-40 min, some never. Agents of 8 GPUs; a gang's tasks take whole
-free slots on agents (best fit), all or none; a pass runs every --cycle seconds after
-anything changes; a preempted unit is killed at its deadline (grace), loses the work
-since its last checkpoint and goes back to its queue with its first arrival.
+
+Work: services (non-preemptible single tasks), training gangs of 2-8 tasks x 8 GPUs (at
+most a quarter of the agents), single tasks of 1, 2 or 4 GPUs, a 0.25 share or a 1g MIG
+device (1/7); a fifth of it at a low priority; most report checkpoints every 10-40 min,
+some never. Agents of 8 GPUs; a gang's tasks take whole free slots on agents (best fit),
+all or none; a pass runs every --cycle seconds after anything changes (at least once a
+minute); a preempted unit is killed at its deadline (grace), loses the work since its
+last checkpoint and goes back to its queue with its first arrival.
 
 The same trace runs three ways, side by side: our victim choice (least work lost), the
 baseline "youngest first" (Marathon's killSelection), and no preemption at all (Mesos
@@ -21,7 +23,7 @@ of a queue below its guarantee (target p95 within grace + 10 s), GPU-hours lost 
 preemption (target: half of youngest-first's), partial gangs ever left (must be 0).
 Simulated time, real policy code; placement is this script's best fit, not Mesos's.
 
-    .venv/bin/python bench/queue_trace.py [--agents 200] [--hours 24] [--grace 30]
+    .venv/bin/python bench/queue_trace.py [--agents 200] [--hours 24] [--grace 30] [--seeds 3]
 """
 import argparse
 import heapq
@@ -44,6 +46,7 @@ from framework.queues.state.work import RunningUnit, WaitingUnit  # noqa: E402
 TEAMS = (("team-a", 4), ("team-b", 3), ("team-c", 2), ("team-d", 1))
 START = 1_800_000_000.0
 GPUS_PER_AGENT = 8
+TICK = 60.0                     # a pass at least this often (teams refill their backlogs)
 
 
 @dataclass
@@ -83,16 +86,17 @@ class Started:
 class Trace:
     """Each team's stream of work, the same for every policy (one seeded generator each)."""
 
-    def __init__(self, seed: int):
+    def __init__(self, seed: int, agents: int):
         self.rngs = {team: random.Random(f"{seed}-{team}") for team, _ in TEAMS}
         self.count = 0
+        self.gang_sizes = [n for n in (2, 2, 4, 4, 8) if n <= max(2, agents // 4)]
 
     def next(self, team: str, now: float) -> Work:
         rng = self.rngs[team]
         self.count += 1
         kind = rng.random()
         if kind < 0.55:                                   # a training gang
-            tasks, per_task = rng.choice((2, 2, 4, 4, 8)), Fraction(GPUS_PER_AGENT)
+            tasks, per_task = rng.choice(self.gang_sizes), Fraction(GPUS_PER_AGENT)
             duration = rng.uniform(1, 4) * 3600
             every = rng.uniform(600, 2400) if rng.random() < 0.8 else None
         else:                                             # a single task
@@ -116,7 +120,7 @@ class Simulation:
                        for team, w in TEAMS]
         self.weights = dict(TEAMS)
         self.free = [Fraction(GPUS_PER_AGENT)] * args.agents
-        self.trace = Trace(seed)
+        self.trace = Trace(seed, args.agents)
         self.seeds = 1
         self.end = START + args.hours * 3600
         # the first half of the day every team is busy (fair share is measured there);
@@ -163,7 +167,7 @@ class Simulation:
 
     def _next_pass(self, now: float) -> float:
         cycle = self.args.cycle
-        nxt = self.events[0][0] if self.events else self.end
+        nxt = min(self.events[0][0] if self.events else self.end, now + TICK)
         return max(now + cycle, -(-nxt // cycle) * cycle)
 
     def _apply_events(self, now: float) -> None:
@@ -377,7 +381,7 @@ def report(a, runs: Dict[str, Simulation]) -> None:
     print(f"{'GPU-hours lost to preemption':34}" +
           "".join(f"{runs[n].lost_gpu_seconds / 3600:17.1f}" for n in names))
     print(f"{'GPU use of the cluster':34}" +
-          "".join(f"{100 * runs[n].held_seconds / (capacity * a.hours * 3600 * runs[n].seeds):16.1f}%"
+          "".join(f"{100 * runs[n].held_seconds / (capacity * a.hours * 3600) / runs[n].seeds:16.1f}%"
                   for n in names))
     print(f"{'admissions not placed (fragments)':34}" +
           "".join(f"{runs[n].unplaced:17d}" for n in names))

@@ -86,7 +86,7 @@ TINY = {
         [rf"\[one driver\] ratio cp -a / builder: +{NUM} x",
          rf"\[two drivers\] ratio cp -a / builder: +{NUM} x"]),
 }
-OWN_FILE = {"gpu_task_overhead.py", "mig_placement.py",
+OWN_FILE = {"gpu_task_overhead.py", "mig_placement.py", "queue_trace.py",
             "share_placement.py"}                   # tests/bench/test_<name>.py
 
 

@@ -278,9 +278,10 @@ class _Pass:
         for name, units in self.pending.items():
             if units and name not in self.blocked:
                 head = units.pop(0)
-                self.reasons[head.id] = (CLUSTER_FULL, f"the cluster is full; queue {name} is above its "
-                                         f"guarantee of {describe(self.queues[name].guarantee)}"
-                                         f" and queue {first} borrows next by fair share")
+                guarantee = describe(self.queues[name].guarantee)
+                self.reasons[head.id] = (CLUSTER_FULL, f"the cluster is full; queue {name} is "
+                                         f"above its guarantee of {guarantee} and queue "
+                                         f"{first} borrows next by fair share")
                 self.blocked[name] = head.id
 
     def _admit(self, unit: WaitingUnit) -> None:
