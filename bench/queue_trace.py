@@ -9,7 +9,7 @@ and reclaims them. --seeds traces are run and their figures pooled.
 
 Work: services (non-preemptible single tasks), training gangs of 2-8 tasks x 8 GPUs (at
 most a quarter of the agents), single tasks of 1, 2 or 4 GPUs, a 0.25 share or a 1g MIG
-device (1/7); a fifth of it at a low priority; most report checkpoints every 10-40 min,
+device (1/7); a fifth of it at a low priority (--low-priority); most report checkpoints every 10-40 min,
 some never. Agents of 8 GPUs; a gang's tasks take whole free slots on agents (best fit),
 all or none; a pass runs every --cycle seconds after anything changes (at least once a
 minute); a preempted unit is killed at its deadline (grace), loses the work since its
@@ -86,9 +86,9 @@ class Started:
 class Trace:
     """Each team's stream of work, the same for every policy (one seeded generator each)."""
 
-    def __init__(self, seed: int, agents: int):
+    def __init__(self, seed: int, agents: int, low_priority: float):
         self.rngs = {team: random.Random(f"{seed}-{team}") for team, _ in TEAMS}
-        self.count = 0
+        self.count, self.low_priority = 0, low_priority
         self.gang_sizes = [n for n in (2, 2, 4, 4, 8) if n <= max(2, agents // 4)]
 
     def next(self, team: str, now: float) -> Work:
@@ -104,7 +104,7 @@ class Trace:
                                    Fraction(1, 7)))
             tasks, duration = 1, rng.uniform(0.25, 2) * 3600
             every = rng.uniform(600, 1800) if rng.random() < 0.5 else None
-        priority = -10 if rng.random() < 0.2 else 0
+        priority = -10 if rng.random() < self.low_priority else 0
         return Work(f"{team}-{self.count}", team, tasks, per_task, duration, every, True,
                     priority, now)
 
@@ -120,7 +120,7 @@ class Simulation:
                        for team, w in TEAMS]
         self.weights = dict(TEAMS)
         self.free = [Fraction(GPUS_PER_AGENT)] * args.agents
-        self.trace = Trace(seed, args.agents)
+        self.trace = Trace(seed, args.agents, args.low_priority)
         self.seeds = 1
         self.end = START + args.hours * 3600
         # the first half of the day every team is busy (fair share is measured there);
@@ -241,20 +241,23 @@ class Simulation:
             if unit.id in self.owed_since and unit.id not in self.admitted_owed:
                 self.admitted_owed.add(unit.id)
                 self.admit_latencies.append(now - self.owed_since[unit.id])
-            self._start(self.waiting[unit.id], now)
+        for unit in result.admit:
+            if not self._start(self.waiting[unit.id], now) and self.args.hold:
+                break                   # the GPUs freed from now on are held for it
         self._check_gangs()
 
-    def _start(self, work: Work, now: float) -> None:
+    def _start(self, work: Work, now: float) -> bool:
         slots = self._place(work)
         if slots is None:
             self.unplaced += 1                            # fragmented: the next pass retries
-            return
+            return False
         del self.waiting[work.id]
         token = self._token()
         self.running[work.id] = Started(work, now, slots, token)
         heapq.heappush(self.events, (now + work.duration, token, "end", work.id, token))
         if work.id in self.owed_since:
             self.latencies.append(now - self.owed_since.pop(work.id))
+        return True
 
     def _place(self, work: Work) -> Optional[List[int]]:
         free, slots = list(self.free), []
@@ -327,6 +330,12 @@ def main(argv=None) -> int:
     p.add_argument("--backlog", type=float, default=0.15,
                    help="GPUs each team keeps waiting, as a part of the cluster")
     p.add_argument("--half-life", type=float, default=3600, help="of recent use, seconds")
+    p.add_argument("--low-priority", type=float, default=0.2,
+                   help="the part of the work at a low priority (taken first when reclaiming)")
+    p.add_argument("--hold", action="store_true",
+                   help="after an admission that found no room on the agents, place nothing "
+                        "more in that pass (as a gang's offers are held), instead of placing "
+                        "what fits")
     p.add_argument("--seed", type=int, default=1, help="of the first trace")
     p.add_argument("--seeds", type=int, default=3, help="traces run, figures pooled")
     a = p.parse_args(argv)
@@ -334,6 +343,8 @@ def main(argv=None) -> int:
         p.error("--agents and --seeds must be at least 1")
     if a.hours <= 0 or a.grace < 0 or a.cycle <= 0 or a.backlog <= 0 or a.half_life <= 0:
         p.error("--hours, --cycle, --backlog and --half-life must be above 0, --grace not below")
+    if not 0 <= a.low_priority <= 1:
+        p.error("--low-priority is a part of the work, from 0 to 1")
     runs: Dict[str, Simulation] = {}
     for name, order, preempt in (("least work lost", "least-work-lost", True),
                                  ("youngest first", "youngest-first", True),
@@ -353,7 +364,9 @@ def report(a, runs: Dict[str, Simulation]) -> None:
     capacity = a.agents * GPUS_PER_AGENT
     print(f"queue trace: {a.agents} agents x {GPUS_PER_AGENT} GPUs ({capacity} GPUs), "
           f"{a.hours:g} h simulated, teams {', '.join(f'{t} w{w}' for t, w in TEAMS)}, "
-          f"grace {a.grace:g} s, a pass every {a.cycle:g} s, {a.seeds} traces pooled")
+          f"grace {a.grace:g} s, a pass every {a.cycle:g} s, {a.seeds} traces pooled, "
+          f"{100 * a.low_priority:g} % of the work at a low priority"
+          f"{', held for what found no room' if a.hold else ''}")
     names = list(runs)
     print(f"{'':34}" + "".join(f"{n:>17}" for n in names))
     total_weight = sum(w for _, w in TEAMS)
