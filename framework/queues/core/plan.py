@@ -215,6 +215,7 @@ class _Pass:
         victims = choose_victims(shortfall, self.running, holding, self.queues, self.now,
                                  self.victim_order)
         if not victims:
+            self.blocked[name] = unit.id                 # nothing behind it goes first
             self.reasons[unit.id] = (OWED,
                 f"within its guarantee of {describe(self.queues[name].guarantee)}, waiting "
                 f"for {describe(shortfall)} more: none can be reclaimed (no other queue "

@@ -168,3 +168,14 @@ def test_borrowing_and_its_return_over_passes():
                 capacity=16, now=NOW + 130)
     assert [u.id for u in done.admit] == ["a1"]
     assert [w.position for w in done.waiting] == [1, 2]     # first in their queue again
+
+
+def test_a_unit_behind_one_that_cannot_be_reclaimed_for_does_not_pass_it():
+    """a's first unit needs 8, only 4 can come back: the 4-GPU unit behind it waits too,
+    and nothing is preempted for it (the first keeps its place)."""
+    units = [running("c1", "team-c", 4), running("svc", "team-c", 12, preemptible=False)]
+    result = plan(QUEUES, units, [waiting("a1", "team-a", 8, NOW - 20),
+                                  waiting("a2", "team-a", 4, NOW - 10)], capacity=16, now=NOW)
+    assert result.preempt == () and result.admit == ()
+    assert result.why("a1").kind == OWED
+    assert result.why("a2").text == "2nd in queue team-a: behind a1, which waits"
