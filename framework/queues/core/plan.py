@@ -24,11 +24,11 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from framework.queues.core.fair_share import RecentUse, fair_key
 from framework.queues.core.reclaim import VictimKey, choose_victims, least_work_lost
-from framework.queues.state.gpu_units import describe
+from framework.queues.state.gpu_units import amount_json, describe
 from framework.queues.state.notice import PreemptionNotice, grace_seconds
 from framework.queues.state.queue import Queue, queues_by_name
 from framework.queues.state.work import RunningUnit, WaitingUnit
@@ -63,6 +63,11 @@ class Waiting:
     def text(self) -> str:
         return f"{ordinal(self.position)} in queue {self.unit.queue}: {self.reason}"
 
+    def to_json(self) -> Dict[str, Any]:
+        return {"id": self.unit.id, "queue": self.unit.queue, "gpus": amount_json(self.unit.gpus),
+                "priority": self.unit.priority, "position": self.position, "why": self.kind,
+                "reason": self.text}
+
 
 @dataclass(frozen=True)
 class QueueStatus:
@@ -74,6 +79,14 @@ class QueueStatus:
     waiting: int
     waiting_gpus: Fraction
     fair_key: float
+
+    def to_json(self) -> Dict[str, Any]:
+        """A queue as `GET /v1/queues` lists it: its definition and its use."""
+        return {**self.queue.to_json(),
+                "use": {"gpus": amount_json(self.held)},
+                "borrowed": {"gpus": amount_json(self.borrowed)},
+                "lent": {"gpus": amount_json(self.lent)},
+                "waiting": {"units": self.waiting, "gpus": amount_json(self.waiting_gpus)}}
 
 
 @dataclass(frozen=True)

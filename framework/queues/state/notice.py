@@ -19,6 +19,9 @@ reads it) or through the API, in one format: a JSON number (seconds since the ep
 a JSON string (Marathon's time format), or {"time": ..., "step": N}; an empty file
 (`touch`) means "now", its modification time.
 """
+import errno
+import os
+import stat
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple, Union
 
@@ -165,3 +168,27 @@ def _checked(report: CheckpointReport, now: float) -> CheckpointReport:
         raise CheckpointReportError(f"time: {format_timestamp(report.time)} is in the future "
                                     f"(now {format_timestamp(now)})")
     return report
+
+
+def read_checkpoint_file(path: str, now: float) -> Optional[CheckpointReport]:
+    """The report in a task's checkpoint file, None when it wrote none. The task owns its
+    sandbox, so the file is opened without following a link and without blocking, and
+    must be a regular file (a FIFO there would hang the reader, a link would read what
+    the task may not)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise CheckpointReportError(f"{path} is a symbolic link; write the file itself") \
+                from None
+        raise CheckpointReportError(f"{path}: {e.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise CheckpointReportError(f"{path} is not a regular file")
+        content = os.read(fd, CHECKPOINT_MAX_BYTES + 1)
+    finally:
+        os.close(fd)
+    return parse_checkpoint(content, info.st_mtime, now)

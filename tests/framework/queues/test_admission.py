@@ -156,3 +156,20 @@ def test_mig_and_shares_fill_a_guarantee_exactly():
     units = [waiting(f"m{i}", "a", Fraction(1, 7), NOW - 100 + i) for i in range(8)]
     result = plan(queues, [], units, capacity=2, now=NOW)
     assert len(result.admit) == 7 and result.why("m7").kind == AT_LIMIT
+
+
+def test_the_api_s_view_of_queues_and_waiting_work():
+    queues = [queue("team-a", 4, 8)]
+    result = plan(queues, [running("r", "team-a", 6)],
+                  [waiting("w1", "team-a", 2), waiting("w2", "team-a", Fraction(1, 4))],
+                  capacity=16, now=NOW)
+    status = {s.queue.name: s for s in result.queues}["team-a"]
+    assert status.to_json() == {"name": "team-a", "guarantee": {"gpus": 4},
+                                "limit": {"gpus": 8}, "weight": 1, "priorities": {},
+                                "use": {"gpus": 6}, "borrowed": {"gpus": 2},
+                                "lent": {"gpus": 0},
+                                "waiting": {"units": 1, "gpus": 0.25}}
+    assert result.why("w2").to_json() == {
+        "id": "w2", "queue": "team-a", "gpus": 0.25, "priority": 0, "position": 2,
+        "why": "at-limit", "reason": "2nd in queue team-a: queue team-a at its limit of "
+                                     "8 GPUs (8 GPUs held)"}

@@ -1,12 +1,14 @@
 """The preemption notice and the checkpoint report as the task and the executor read them."""
 import json
+import os
 
 import pytest
 
 from framework.queues.state.notice import CHECKPOINT_FILE, CHECKPOINT_FILE_ENV, \
     GRACE_DEFAULT_SECONDS, PREEMPTION_DEADLINE_ENV, PREEMPTION_FILE, PREEMPTION_FILE_ENV, \
     PREEMPTION_GRACE_ENV, CheckpointReport, CheckpointReportError, PreemptionNotice, \
-    grace_seconds, launch_environment, notice_environment, notice_from_json, parse_checkpoint
+    grace_seconds, launch_environment, notice_environment, notice_from_json, parse_checkpoint, \
+    read_checkpoint_file
 from framework.tasks.timestamps import parse_timestamp
 
 NOW = parse_timestamp("2026-11-27T12:00:00.000Z")
@@ -71,3 +73,30 @@ def test_a_checkpoint_report_in_each_form(content, report):
 def test_a_bad_checkpoint_report_says_what_is_wrong(content, words):
     with pytest.raises(CheckpointReportError, match=words):
         parse_checkpoint(content, NOW, NOW)
+
+
+def test_the_checkpoint_file_is_read_from_the_sandbox(tmp_path):
+    path = tmp_path / CHECKPOINT_FILE
+    assert read_checkpoint_file(str(path), NOW) is None                     # none written
+    path.write_text('{"time": "2026-11-27T11:59:00Z", "step": 3}')
+    assert read_checkpoint_file(str(path), NOW) == CheckpointReport(NOW - 60, 3)
+    path.write_text("")
+    os.utime(path, (NOW - 5, NOW - 5))                                     # touch
+    assert read_checkpoint_file(str(path), NOW) == CheckpointReport(NOW - 5)
+
+
+def test_a_link_a_fifo_or_a_huge_file_in_the_sandbox_is_refused(tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_text("1795780000")
+    link = tmp_path / "link"
+    link.symlink_to(secret)
+    with pytest.raises(CheckpointReportError, match="symbolic link"):
+        read_checkpoint_file(str(link), NOW)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)                                    # opened without blocking, refused
+    with pytest.raises(CheckpointReportError, match="not a regular file"):
+        read_checkpoint_file(str(fifo), NOW)
+    big = tmp_path / "big"
+    big.write_bytes(b" " * 100_000)
+    with pytest.raises(CheckpointReportError, match="larger than 4096 bytes"):
+        read_checkpoint_file(str(big), NOW)
