@@ -4,7 +4,8 @@ share), decayed over time.
 
 Each queue's recent use is the exponential average of the GPUs it held (half-life
 HALF_LIFE_SECONDS). Borrowing goes to the queue with the lowest
-(GPUs held now + recent use) / (2 x weight). Why both terms: with only the present, a
+(GPUs held now + recent use) / (2 x weight), both counting half of the unit it would
+take (plan.py says why). Why both terms: with only the present, a
 team whose big gangs waited an hour for room is never paid back; with only the past,
 the winner of one pass keeps winning until its average catches up, and shares swing.
 The half sum pays a deficit back without overshoot: at a steady state it is plain
