@@ -19,7 +19,8 @@ The same trace runs three ways, side by side: our victim choice (least work lost
 baseline "youngest first" (Marathon's killSelection), and no preemption at all (Mesos
 alone: a queue below its guarantee waits for borrowed work to end). Printed: each
 team's GPU share while all are busy vs its weight (target within 5 %), reclaim latency
-of a queue below its guarantee (target p95 within grace + 10 s), GPU-hours lost to
+of a queue below its guarantee (from a unit's first pass owed GPUs within its queue's
+guarantee to its admission, and to its start on agents; target p95 within grace + 10 s), GPU-hours lost to
 preemption (target: half of youngest-first's), partial gangs ever left (must be 0).
 Simulated time, real policy code; placement is this script's best fit, not Mesos's.
 
@@ -237,6 +238,10 @@ class Simulation:
         for item in result.waiting:
             if item.kind in (RECLAIMING, OWED):
                 self.owed_since.setdefault(item.unit.id, now)
+            elif item.unit.id in self.owed_since and item.unit.id not in self.admitted_owed:
+                # no longer owed (work of its queue ahead of it took the guarantee): it
+                # waits to borrow now, which is no reclaim
+                del self.owed_since[item.unit.id]
         for unit in result.admit:
             if unit.id in self.owed_since and unit.id not in self.admitted_owed:
                 self.admitted_owed.add(unit.id)
