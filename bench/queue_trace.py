@@ -18,10 +18,11 @@ last checkpoint and goes back to its queue with its first arrival.
 The same trace runs three ways, side by side: our victim choice (least work lost), the
 baseline "youngest first" (Marathon's killSelection), and no preemption at all (Mesos
 alone: a queue below its guarantee waits for borrowed work to end). Printed: each
-team's GPU share while all are busy vs its weight (target within 5 %), reclaim latency
-of a queue below its guarantee (from a unit's first pass owed GPUs within its queue's
-guarantee to its admission, and to its start on agents; target p95 within grace + 10 s), GPU-hours lost to
-preemption (target: half of youngest-first's), partial gangs ever left (must be 0).
+team's GPU share while all are busy vs its weight (target within 5 %); reclaim latency
+of a queue below its guarantee, from a unit's first pass owed GPUs within its queue's
+guarantee to its admission, and to its start on agents (target p95 within grace + 10 s);
+GPU-hours lost to preemption (target: half of youngest-first's); partial gangs ever left
+(must be 0).
 Simulated time, real policy code; placement is this script's best fit, not Mesos's.
 
     .venv/bin/python bench/queue_trace.py [--agents 200] [--hours 24] [--grace 30] [--seeds 3]
