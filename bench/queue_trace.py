@@ -9,8 +9,8 @@ and reclaims them. --seeds traces are run and their figures pooled.
 
 Work: services (non-preemptible single tasks), training gangs of 2-8 tasks x 8 GPUs (at
 most a quarter of the agents), single tasks of 1, 2 or 4 GPUs, a 0.25 share or a 1g MIG
-device (1/7); a fifth of it at a low priority (--low-priority); most report checkpoints every 10-40 min,
-some never. Agents of 8 GPUs; a gang's tasks take whole free slots on agents (best fit),
+device (1/7); a fifth of it at a low priority (--low-priority); most report checkpoints
+every 10-40 min, some never. Agents of 8 GPUs; a gang's tasks take whole free slots on agents (best fit),
 all or none; a pass runs every --cycle seconds after anything changes (at least once a
 minute); a preempted unit is killed at its deadline (grace), loses the work since its
 last checkpoint and goes back to its queue with its first arrival.
@@ -399,9 +399,9 @@ def report(a, runs: Dict[str, Simulation]) -> None:
     print(f"{'preemptions':34}" + "".join(f"{runs[n].preemptions:17d}" for n in names))
     print(f"{'GPU-hours lost to preemption':34}" +
           "".join(f"{runs[n].lost_gpu_seconds / 3600:17.1f}" for n in names))
+    day = capacity * a.hours * 3600
     print(f"{'GPU use of the cluster':34}" +
-          "".join(f"{100 * runs[n].held_seconds / (capacity * a.hours * 3600) / runs[n].seeds:16.1f}%"
-                  for n in names))
+          "".join(f"{100 * runs[n].held_seconds / day / runs[n].seeds:16.1f}%" for n in names))
     print(f"{'admissions not placed (fragments)':34}" +
           "".join(f"{runs[n].unplaced:17d}" for n in names))
     print(f"{'partial gangs left':34}" + "".join(f"{runs[n].partial_gangs:17d}" for n in names))
