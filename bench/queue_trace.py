@@ -10,10 +10,10 @@ and reclaims them. --seeds traces are run and their figures pooled.
 Work: services (non-preemptible single tasks), training gangs of 2-8 tasks x 8 GPUs (at
 most a quarter of the agents), single tasks of 1, 2 or 4 GPUs, a 0.25 share or a 1g MIG
 device (1/7); a fifth of it at a low priority (--low-priority); most report checkpoints
-every 10-40 min, some never. Agents of 8 GPUs; a gang's tasks take whole free slots on agents (best fit),
-all or none; a pass runs every --cycle seconds after anything changes (at least once a
-minute); a preempted unit is killed at its deadline (grace), loses the work since its
-last checkpoint and goes back to its queue with its first arrival.
+every 10-40 min, some never. Agents of 8 GPUs; a gang's tasks take whole free slots on
+agents (best fit), all or none; a pass runs every --cycle seconds after anything changes
+(at least once a minute); a preempted unit is killed at its deadline (grace), loses the
+work since its last checkpoint and goes back to its queue with its first arrival.
 
 The same trace runs three ways, side by side: our victim choice (least work lost), the
 baseline "youngest first" (Marathon's killSelection), and no preemption at all (Mesos
