@@ -44,7 +44,7 @@ SUBPACKAGES = {
     "isolator": [["discovery"], ["errors.py", "api.py", "client.py", "crashpoints.py"], ["cgroups"],
                  ["allocation"], ["sharing"], ["gpu_health"], ["containers"], ["metrics"],
                  ["daemon"], ["node_check"], ["cli.py"]],
-    "framework": [["tasks"], ["health"], ["ha", "state"], ["images"], ["scheduling"],
+    "framework": [["tasks"], ["health"], ["ha", "state"], ["queues"], ["images"], ["scheduling"],
                   ["executor"], ["marathon", "ui"], ["image_cli.py"], ["cli.py"]],
 }
 

@@ -88,7 +88,7 @@ TINY = {
          rf"\[two drivers\] ratio cp -a / builder: +{NUM} x"]),
 }
 OWN_FILE = {"gpu_task_overhead.py", "gpu_topology_choice.py", "mig_placement.py",
-            "share_placement.py"}                   # tests/bench/test_<name>.py
+            "queue_trace.py", "share_placement.py"}                   # tests/bench/test_<name>.py
 
 
 def test_every_bench_has_a_tiny_run():
