@@ -9,10 +9,19 @@ busy machine), `404 Not Found.` (its HTTP server is up, the agent's own process 
 there), then `503 Agent has not finished recovery`, then the subscription. pymesos
 retries the first two kinds only, backs off 2, 4, 8 ... seconds, and takes the 404 as
 fatal: its IO thread dies, the executor ends and takes its task with it. Here every one
-of them is retried every RETRY_SECONDS (bench/reregistration.py measures it).
+of them is retried every RETRY_SECONDS, give or take a random quarter so the executors
+of a node do not all knock in step (bench/reregistration.py measures it).
+
+On an agent run with `--authenticate_http_executors` every call must carry the token the
+agent gave the executor in MESOS_EXECUTOR_AUTHENTICATION_TOKEN (`Authorization: Bearer`,
+a JWT signed with the agent's --executor_secret_key); pymesos sends none. Here the token
+goes on SUBSCRIBE and on every call, and leaves the environment, so no task or child
+inherits it (as Mesos' own executors do). Without one (an agent that does not ask) no
+header is sent.
 """
 import logging
 import os
+import random
 import time
 import uuid
 from typing import Any, Mapping, Optional
@@ -26,6 +35,7 @@ import framework.scheduling.mesos_driver  # noqa: F401  (no interrupt_main from 
 log = logging.getLogger("mesos-gpu.executor")
 
 NOT_ROUTED_YET = "Failed with HTTP 404"     # pymesos' RuntimeError for a 404 answer
+TOKEN_ENV = "MESOS_EXECUTOR_AUTHENTICATION_TOKEN"
 
 
 def agent_api_path(env: Mapping[str, str] = os.environ) -> str:
@@ -63,17 +73,31 @@ class AgentPathExecutorDriver(MesosExecutorDriver):
         super().__init__(executor)
         self.path = path
         self.backoff_max = duration_env("MESOS_SUBSCRIPTION_BACKOFF_MAX", 2.0)
+        token = os.environ.pop(TOKEN_ENV, None)
+        self._authorization = f"Bearer {token}" if token else None
+
+    def retry_delay(self) -> float:
+        """RETRY_SECONDS +-25 %, within the agent's bound: every executor of a restarted
+        agent retries, and in step they would arrive together each time."""
+        return min(self.backoff_max, self.RETRY_SECONDS * random.uniform(0.75, 1.25))
 
     def _backoff(self, num_conn_retry: int) -> float:
-        return min(self.backoff_max, self.RETRY_SECONDS)
+        return self.retry_delay()
 
     def gen_request(self) -> bytes:
-        return super().gen_request().replace(b"POST /api/v1/executor ",
-                                             f"POST {self.path} ".encode(), 1)
+        request = super().gen_request().replace(b"POST /api/v1/executor ",
+                                                f"POST {self.path} ".encode(), 1)
+        if self._authorization is None:
+            return request
+        return request.replace(b"\r\n", f"\r\nAuthorization: {self._authorization}\r\n"
+                               .encode(), 1)
 
     def _send(self, body: Any, path: Optional[str] = None, method: str = "POST",
               headers: Optional[dict] = None) -> Any:
-        return super()._send(body, path or self.path, method, headers or {})
+        headers = dict(headers or {})
+        if self._authorization is not None:
+            headers["Authorization"] = self._authorization
+        return super()._send(body, path or self.path, method, headers)
 
     def sendStatusUpdate(self, status: dict) -> None:
         """Keep each update until the agent acknowledges it (pymesos does not):
@@ -105,7 +129,7 @@ class _Connection(pymesos.process.Connection):
             log.warning("the agent is not up yet (HTTP 404 to SUBSCRIBE): retrying")
             alive = False
         if not alive and retry and self._stream_id is None:
-            time.sleep(self._callback.RETRY_SECONDS)   # then pymesos connects again
+            time.sleep(self._callback.retry_delay())   # then pymesos connects again
         return alive
 
 

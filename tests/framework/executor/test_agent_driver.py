@@ -6,6 +6,7 @@ pymesos takes the 404 as fatal: its IO thread dies, the executor exits and its t
 lost ("Executor terminated"). The agent here is a socket replaying those answers
 byte for byte, so that the window is hit every time, not once in a loaded run."""
 import json
+import os
 import socket
 import threading
 import time
@@ -39,6 +40,7 @@ class RestartingAgent:
     def __init__(self, answers) -> None:
         self.answers = list(answers)
         self.requests = []
+        self.heads = []
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.open = []
         threading.Thread(target=self._serve, daemon=True).start()
@@ -54,6 +56,7 @@ class RestartingAgent:
             while b"\r\n\r\n" not in request:
                 request += conn.recv(65536)
             self.requests.append(request.split(b"\r\n", 1)[0].decode())
+            self.heads.append(request.split(b"\r\n\r\n", 1)[0].decode())
             conn.sendall(self.answers.pop(0))
             if self.answers:
                 conn.close()
@@ -116,3 +119,33 @@ def test_plain_pymesos_dies_on_the_404_the_reason_for_the_retry(agent_env):
     registered, aborted = run_driver(PlainRetries, agent)
     assert not registered and aborted
     assert agent.requests == [f"POST {PATH} HTTP/1.1"]
+
+
+def test_the_agents_token_goes_on_subscribe_and_leaves_the_environment(agent_env, monkeypatch):
+    """An agent run with --authenticate_http_executors gives the executor a token; every
+    call carries it (the secure bed's end-to-end cases show the agent taking them)."""
+    monkeypatch.setenv("MESOS_EXECUTOR_AUTHENTICATION_TOKEN", "eyJ.token.sig")
+    agent = agent_env([RECOVERING, subscribed_stream()])
+    registered, aborted = run_driver(AgentPathExecutorDriver, agent)
+    assert registered and not aborted
+    assert all("\r\nAuthorization: Bearer eyJ.token.sig\r\n" in head for head in agent.heads)
+    assert len(agent.heads) == 2
+    assert "MESOS_EXECUTOR_AUTHENTICATION_TOKEN" not in os.environ   # no task inherits it
+
+
+def test_no_token_no_authorization_header(agent_env, monkeypatch):
+    monkeypatch.delenv("MESOS_EXECUTOR_AUTHENTICATION_TOKEN", raising=False)
+    agent = agent_env([subscribed_stream()])
+    registered, _ = run_driver(AgentPathExecutorDriver, agent)
+    assert registered
+    assert "authorization" not in agent.heads[0].lower()
+
+
+def test_retries_are_jittered_within_the_agents_bound(agent_env):
+    agent_env([])
+    driver = AgentPathExecutorDriver(object(), PATH)
+    delays = {driver.retry_delay() for _ in range(200)}
+    assert len(delays) > 100                       # not all in step
+    assert all(0.75 * driver.RETRY_SECONDS <= d <= 1.25 * driver.RETRY_SECONDS for d in delays)
+    driver.backoff_max = 0.1
+    assert max(driver.retry_delay() for _ in range(50)) <= 0.1
