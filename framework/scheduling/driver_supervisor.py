@@ -20,6 +20,7 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
+from framework.scheduling.mesos_credential import Credential
 from framework.scheduling.mesos_driver import MISSED_HEARTBEATS, SchedulerDriver
 
 log = logging.getLogger(__name__)
@@ -31,8 +32,10 @@ RESTART_MAX_SECONDS = 60.0
 
 class DriverSupervisor:
     def __init__(self, scheduler: Any, framework_info: Callable[[], dict], master: str,
-                 missed_heartbeats: float = MISSED_HEARTBEATS) -> None:
+                 missed_heartbeats: float = MISSED_HEARTBEATS,
+                 credential: Optional[Credential] = None) -> None:
         self.scheduler = scheduler            # the pymesos callbacks
+        self.credential = credential          # principal and secret for the master
         self.framework_info = framework_info
         self.master = master
         self.missed_heartbeats = missed_heartbeats
@@ -120,13 +123,16 @@ class DriverSupervisor:
 
     def _start_driver(self) -> None:
         info = self.framework_info()
-        log.info("connecting to Mesos master %s as %s (framework id %s, GPU_RESOURCES %s)",
-                 self.master, info["name"], info.get("id", {}).get("value", "new"),
+        log.info("connecting to Mesos master %s as %s (framework id %s, role %s, principal %s, "
+                 "GPU_RESOURCES %s)", self.master, info["name"],
+                 info.get("id", {}).get("value", "new"), info.get("role", "*"),
+                 self.credential.principal if self.credential else "none",
                  "on" if {"type": "GPU_RESOURCES"} in info.get("capabilities", ()) else "off")
         driver = SchedulerDriver(self.scheduler, info, self.master,
                                  missed_heartbeats=self.missed_heartbeats,
                                  implicit_acknowledgements=False, failover=True,
-                                 may_subscribe=lambda: self.may_act())
+                                 may_subscribe=lambda: self.may_act(),
+                                 credential=self.credential)
         with self._lock:
             self._driver = driver
         driver.start()

@@ -11,11 +11,15 @@ the leading master, reconnect back-off), but:
   thread is doing (Yelp/Tron PR #560): here callback exceptions are logged and
   an abort is reported to the scheduler's `error` callback instead;
 - a master given as `http://host:port/` breaks its host/port split: accepted;
+- it encodes a principal and secret as ASCII only, and a SUBSCRIBE the master refuses
+  (401, 403) ends in a RuntimeError with the answer's repr: here any UTF-8 credential
+  is sent, and a refusal is one line naming the principal (mesos_credential.refusal);
 - it logs through a stderr handler of its own besides the root logger's (every
   line twice) and with a full traceback each time a master is unreachable: here
   its records go through the root logger only, one line each (tracebacks with -v).
 """
 import logging
+import re
 import threading
 import time
 from typing import Any, Callable, Optional
@@ -24,8 +28,11 @@ import pymesos.process
 from pymesos import MesosSchedulerDriver
 
 from common.errors import UserError
+from framework.scheduling.mesos_credential import Credential, refusal
 
 log = logging.getLogger(__name__)
+# pymesos' RuntimeError for a SUBSCRIBE answered with an error status
+_REFUSED = re.compile(r"Failed with HTTP (\d+): (?:b'(.*)'|(.*))$", re.S)
 MASTER_FORMS = "HOST:PORT, HOST, http://HOST:PORT or zk://HOST:PORT[,...]/PATH"
 
 
@@ -111,11 +118,15 @@ class SchedulerDriver(MesosSchedulerDriver):
 
     def __init__(self, scheduler: Any, framework: dict, master: str,
                  missed_heartbeats: float = MISSED_HEARTBEATS,
-                 may_subscribe: Callable[[], bool] = lambda: True, **kwargs: Any) -> None:
+                 may_subscribe: Callable[[], bool] = lambda: True,
+                 credential: Optional[Credential] = None, **kwargs: Any) -> None:
         if not missed_heartbeats > 1:
             raise UserError(f"missed_heartbeats: {missed_heartbeats!r} must be more than 1 "
                             f"(the master may be silent for one heartbeat interval)")
         super().__init__(scheduler, framework, master_address(master), **kwargs)
+        self.credential = credential
+        # pymesos sends this header on SUBSCRIBE and on every call
+        self._basic_credential = credential.authorization() if credential else None
         self._stopping = False
         self.abort_reason: Optional[str] = None
         self.stopped = threading.Event()
@@ -154,6 +165,8 @@ class SchedulerDriver(MesosSchedulerDriver):
     @property
     def framework(self) -> dict:
         framework = dict(self._framework)
+        if self.credential is not None:     # the master checks it against the authenticated one
+            framework["principal"] = self.credential.principal
         if not framework.get("capabilities"):
             framework.pop("capabilities", None)
         return framework
@@ -218,7 +231,13 @@ class SchedulerDriver(MesosSchedulerDriver):
         error = pymesos.process._exc_info
         pymesos.process._exc_info = None  # else a later Ctrl-C would re-raise it
         self.abort_reason = str(error[1]) if error else "the event stream ended"
-        log.error("connection to the Mesos master aborted: %s", self.abort_reason)
+        refused = _REFUSED.match(self.abort_reason)
+        if refused and refused.group(1) in ("401", "403"):
+            self.abort_reason = refusal(self.master, self.credential, int(refused.group(1)),
+                                        refused.group(2) or refused.group(3) or "")
+            log.error("%s", self.abort_reason)
+        else:
+            log.error("connection to the Mesos master aborted: %s", self.abort_reason)
         try:
             self.sched.error(self, f"driver aborted: {self.abort_reason}")
         except Exception:

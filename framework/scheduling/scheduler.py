@@ -54,6 +54,7 @@ from framework.scheduling.agent_inventory import AgentInventory
 from framework.tasks.constraints import offer_fields
 from framework.health.gpu_health import GpuHealthView
 from framework.scheduling.driver_supervisor import DriverSupervisor
+from framework.scheduling.mesos_credential import Credential
 from framework.images.image_resolver import FAILED, READY, ImageResolver
 from framework.scheduling.matching import (RESTRICTED, Matcher, OfferSlot, gpu_behavior,
                                           share_reason)
@@ -112,6 +113,7 @@ class SchedulerConfig:
     registries: tuple[str, ...] = ()
     registry_config: Optional[str] = None    # a Docker config.json with their credentials
     gpu_health_interval: float = 2.0         # reading the agent daemons' GPU health; 0: off
+    credential: Optional[Credential] = None  # principal and secret for the master
 
 
 def _resolver(config: SchedulerConfig, on_change: Callable[[], None]) -> Optional[ImageResolver]:
@@ -176,7 +178,7 @@ class GpuScheduler:
         self._by_mesos_id: dict[str, str] = {}
         self._callbacks: list[Callable[[TaskRecord], None]] = []
         self.supervisor = DriverSupervisor(self, self._framework_info, config.master,
-                                           config.missed_heartbeats)
+                                           config.missed_heartbeats, config.credential)
         self._suppressed = False
         self._subscribed = threading.Event()
         self._stop = threading.Event()
