@@ -200,10 +200,10 @@ class Bench:
                 raise RuntimeError(f"the command tasks were refused: HTTP {status} {body!r}")
             pids = processes.wait_until(
                 lambda: (lambda p: p if len(p) >= count else None)(
-                    self.executors(b"pymesos_executor")), 120, f"{count} command executors")
+                    self.executors(b"command_executor")), 120, f"{count} command executors")
             time.sleep(1)                          # past their start-up
             rss = [rss_kib(p) for p in pids]
-        self.wait(lambda: not self.executors(b"pymesos_executor"), "command executors gone", 60)
+        self.wait(lambda: not self.executors(b"command_executor"), "command executors gone", 60)
         return statistics.mean(rss)
 
     def api_latency(self, path: str) -> dict:

@@ -44,7 +44,7 @@ SUBPACKAGES = {
     "isolator": [["discovery"], ["errors.py", "api.py", "client.py", "crashpoints.py"], ["cgroups"],
                  ["allocation"], ["sharing"], ["health"], ["metrics"], ["daemon"], ["node_check"],
                  ["cli.py"]],
-    "framework": [["tasks"], ["health"], ["ha", "state"], ["images"], ["scheduling"],
+    "framework": [["mesos_api"], ["tasks"], ["health"], ["ha", "state"], ["images"], ["scheduling"],
                   ["executor"], ["marathon", "ui"], ["image_cli.py"], ["cli.py"]],
 }
 

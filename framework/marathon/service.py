@@ -187,7 +187,7 @@ class FrameworkService:
             raise UserError(f"--refuse_seconds must be 0..86400, got {args.refuse_seconds:g}")
         if args.max_body_bytes < 1024:
             raise UserError(f"--max_body_bytes must be at least 1024, got {args.max_body_bytes}")
-        from framework.scheduling.mesos_driver import check_master     # pymesos: only when it runs
+        from framework.scheduling.mesos_driver import check_master     # only when it runs
         check_master(args.master)
         registries(getattr(args, "registry", None))
         self.credential = mesos_credential.from_args(args)

@@ -1,6 +1,6 @@
 """Keeps a scheduler connected to the Mesos master.
 
-One pymesos driver at a time (framework.scheduling.mesos_driver.SchedulerDriver, with its
+One driver at a time (framework.scheduling.mesos_driver.SchedulerDriver, with its
 heartbeat watchdog): started with the framework info of the moment (the stored
 framework id, so a restarted driver subscribes as the same framework),
 restarted when it stops on its own (master unreachable, SUBSCRIBE refused, the
@@ -34,7 +34,7 @@ class DriverSupervisor:
     def __init__(self, scheduler: Any, framework_info: Callable[[], dict], master: str,
                  missed_heartbeats: float = MISSED_HEARTBEATS,
                  credential: Optional[Credential] = None) -> None:
-        self.scheduler = scheduler            # the pymesos callbacks
+        self.scheduler = scheduler            # the driver's callbacks
         self.credential = credential          # principal and secret for the master
         self.framework_info = framework_info
         self.master = master
@@ -130,7 +130,7 @@ class DriverSupervisor:
                  "on" if {"type": "GPU_RESOURCES"} in info.get("capabilities", ()) else "off")
         driver = SchedulerDriver(self.scheduler, info, self.master,
                                  missed_heartbeats=self.missed_heartbeats,
-                                 implicit_acknowledgements=False, failover=True,
+                                 implicit_acknowledgements=False,
                                  may_subscribe=lambda: self.may_act(),
                                  credential=self.credential)
         with self._lock:
