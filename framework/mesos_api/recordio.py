@@ -36,7 +36,8 @@ class Decoder:
                     if len(self._buffer) > _MAX_DIGITS or not self._buffer.isdigit() and \
                             self._buffer:
                         raise RecordIOError(f"bad record length {bytes(self._buffer[:24])!r}: "
-                                            f"not decimal digits and a newline")
+                                            f"not at most {_MAX_DIGITS} decimal digits and a "
+                                            f"newline")
                     return records
                 digits = bytes(self._buffer[:newline])
                 if not digits.isdigit():
