@@ -151,7 +151,8 @@ class SchedulerDriver:
         self.join()
 
     # -- calls -------------------------------------------------------------------------
-    def acceptOffers(self, offer_ids: Any, operations: list, filters: Optional[dict] = None) -> None:
+    def acceptOffers(self, offer_ids: Any, operations: list,
+                     filters: Optional[dict] = None) -> None:
         if not operations:
             return self.declineOffer(offer_ids, filters)
         accept: dict = {"offer_ids": _ids(offer_ids), "operations": operations}

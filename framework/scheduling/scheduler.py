@@ -1,4 +1,4 @@
-"""The GPU scheduler: a pymesos framework (v1 HTTP API) that runs TaskSpecs.
+"""The GPU scheduler: a Mesos framework (v1 HTTP API, framework.mesos_api) that runs TaskSpecs.
 
     sched = GpuScheduler(SchedulerConfig(master="127.0.0.1:5050"), store)
     sched.on_update(print)
@@ -35,7 +35,7 @@ What it does with the master:
 Everything is keyed by TaskSpec.id; each task is one TaskRecord
 (framework.scheduling.task_record), stored under its id. State changes are written to the
 store before anything is sent to Mesos (write-ahead), so a crash at any point
-is healed by reconciliation on restart. The connection itself (the pymesos
+is healed by reconciliation on restart. The connection itself (the Mesos
 driver, its restarts with back-off) is framework.scheduling.driver_supervisor's.
 """
 import logging
@@ -325,7 +325,7 @@ class GpuScheduler:
         configured = master_address(self.config.master)
         return None if configured.startswith(("zk://", "zoo://")) else configured
 
-    # -- pymesos callbacks (the driver's IO thread) ------------------------------------------
+    # -- the driver's callbacks (its IO thread) ----------------------------------------------
 
     def registered(self, driver: SchedulerDriver, framework_id: Mapping, master_info: Mapping) -> None:
         self.store.set_framework_id(framework_id["value"])
@@ -340,7 +340,7 @@ class GpuScheduler:
 
     def disconnected(self, driver: SchedulerDriver) -> None:
         self._subscribed.clear()
-        log.warning("disconnected from the master; pymesos reconnects")
+        log.warning("disconnected from the master; the driver reconnects")
 
     def error(self, driver: SchedulerDriver, message: str) -> None:
         log.error("master error: %s", message)
