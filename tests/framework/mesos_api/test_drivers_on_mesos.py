@@ -290,3 +290,4 @@ def test_a_refused_subscription_stops_the_driver_with_one_line(authenticating_ma
     assert message == f"driver aborted: {driver.abort_reason}"
     assert "registered" not in [c[0] for c in recorder.calls]
     assert authenticating_master.state()["frameworks"] == []
+
