@@ -8,6 +8,7 @@ Cost: one wheel build and one venv with four dependencies from the index, about 
 40 s on the bed (pip's cache is shared, so a second run downloads nothing).
 The demo run from such an install: tests/localcluster/test_demo.py."""
 import email.parser
+import shutil
 import subprocess
 import sys
 import time
@@ -25,10 +26,16 @@ NEVER = {"pymesos", "http-parser", "http_parser", "six", "addict"}
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
+    """Built from a copy of the checkout: setuptools writes build/ and *.egg-info beside
+    the sources, which must not land in (or race in) the checkout."""
     out = tmp_path_factory.mktemp("wheel")
+    source = out / "source"
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv", ".localcluster", "build", "*.egg-info", "__pycache__", ".*cache",
+        ".hypothesis"))
     started = time.monotonic()
     r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q",
-                        "--disable-pip-version-check", "-w", str(out), str(REPO)],
+                        "--disable-pip-version-check", "-w", str(out), str(source)],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     print(f"\nwheel built in {time.monotonic() - started:.1f} s")
