@@ -12,7 +12,8 @@ Printed side by side:
 - submit -> all TASK_RUNNING (the master's view), 1-GPU tasks vs no GPU (target <= 1.2);
 - the framework's CPU seconds in each, its peak RSS; the agent daemons' CPU and RSS;
 - our executor's RSS per task vs the Mesos command executor's (the bed's is the
-  pymesos stand-in of localcluster/mesos_local: the PyPI bundle has no C++ one);
+  stand-in of localcluster/mesos_local, on our executor driver: the PyPI bundle has no
+  C++ one);
 - GET /v2/apps, /v2/tasks and the dashboard's /v1/nodes with every task running, p50/p99
   and size, against GET /v2/info (a fixed small answer of the same server);
 - --kill agents SIGKILLed at once: until every lost task runs again on another node
