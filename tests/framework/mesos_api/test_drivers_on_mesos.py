@@ -218,27 +218,37 @@ def test_an_agent_restart_keeps_the_task_its_executor_subscribes_again(
         driver.join(30)
 
 
-def test_a_zk_master_is_found_and_followed_to_its_successor(zookeeper, mesos_quorum,
-                                                            mesos_agent):
-    quorum = mesos_quorum(zookeeper, count=1, quorum=1)
+def test_the_leading_master_is_found_on_zk_or_by_redirect_and_followed(
+        zookeeper, mesos_quorum):
+    """Three masters elect a leader on ZooKeeper. One driver finds it through the zk://
+    URL, the other is given a master that does not lead and follows its 307; the leader
+    is SIGKILLed: both re-subscribe, as the same frameworks, to the one elected next."""
+    quorum = mesos_quorum(zookeeper)
     first = quorum.leader()
-    recorder = Recorder()
-    driver = SchedulerDriver(recorder, framework_info("driver-zk"), quorum.address)
+    follower = next(m for m in quorum.masters if m is not first)
+    by_zk, by_redirect = Recorder(), Recorder()
     assert quorum.address.startswith("zk://")
-    driver.start()
+    drivers = [SchedulerDriver(by_zk, framework_info("driver-zk"), quorum.address),
+               SchedulerDriver(by_redirect, framework_info("driver-307"), follower.address)]
+    for driver in drivers:
+        driver.start()
     try:
-        (framework_id, _) = recorder.wait("registered")
-        assert driver.master == first.address
-        mark = len(recorder.calls)
-        first.crash()                     # its znode goes with its ZooKeeper session
-        recorder.wait("disconnected", since=mark)
-        first.restart()                   # elected again: a new znode, the same address
-        recorder.wait("reregistered", since=mark)
-        assert driver.framework_id == framework_id["value"]
-        assert on_master(first, framework_id["value"])["active"]
+        ids = [r.wait("registered")[0]["value"] for r in (by_zk, by_redirect)]
+        assert [d.master for d in drivers] == [first.address] * 2
+        marks = [len(r.calls) for r in (by_zk, by_redirect)]
+        first.crash()
+        second = quorum.leader(timeout=60)
+        assert second is not first
+        for driver, recorder, mark, framework_id in zip(drivers, (by_zk, by_redirect),
+                                                        marks, ids):
+            recorder.wait("reregistered", since=mark, timeout=90)
+            assert driver.framework_id == framework_id
+            assert driver.master == second.address
+            assert on_master(second, framework_id)["active"]
     finally:
-        driver.stop()
-        driver.join(30)
+        for driver in drivers:
+            driver.stop()
+            driver.join(30)
 
 
 @pytest.fixture
