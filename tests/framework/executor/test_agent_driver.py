@@ -148,3 +148,94 @@ def test_retries_are_jittered_within_the_agents_bound(agent_env):
     assert all(0.75 * driver.RETRY_SECONDS <= d <= 1.25 * driver.RETRY_SECONDS for d in delays)
     driver.backoff_max = 0.1
     assert max(driver.retry_delay() for _ in range(50)) <= 0.1
+
+
+class RecordingAgent:
+    """Answers SUBSCRIBE with the next of `streams` (each a list of events; the last
+    stream stays open) and every other call with 202; keeps each call's JSON body."""
+
+    def __init__(self, streams) -> None:
+        self.streams = list(streams)
+        self.calls = []
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.open = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    @property
+    def endpoint(self) -> str:
+        return "127.0.0.1:%d" % self.sock.getsockname()[1]
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn) -> None:
+        data = b""
+        while True:
+            while b"\r\n\r\n" not in data:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                data += chunk
+            head, data = data.split(b"\r\n\r\n", 1)
+            length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                              if line.lower().startswith(b"content-length")))
+            while len(data) < length:
+                data += conn.recv(65536)
+            body, data = json.loads(data[:length]), data[length:]
+            self.calls.append(body)
+            if body["type"] != "SUBSCRIBE":
+                conn.sendall(b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n")
+                continue
+            events = self.streams.pop(0)
+            records = b"".join(str(len(e)).encode() + b"\n" + e
+                               for e in (json.dumps(e).encode() for e in events))
+            conn.sendall(b"HTTP/1.1 200 OK\r\nMesos-Stream-Id: s\r\n"
+                         b"Transfer-Encoding: chunked\r\n\r\n"
+                         + f"{len(records):x}".encode() + b"\r\n" + records + b"\r\n")
+            if self.streams:
+                conn.close()                   # the agent goes away
+            else:
+                self.open.append(conn)
+            return
+
+
+def test_a_resubscription_names_what_the_agent_has_not_acknowledged(agent_env, monkeypatch):
+    subscribed = {"type": "SUBSCRIBED", "subscribed": {
+        "executor_info": {"executor_id": {"value": EXECUTOR}},
+        "framework_info": {"id": {"value": FRAMEWORK}}, "agent_info": {"hostname": "a"}}}
+    task = {"task_id": {"value": "t-1"}, "name": "t-1", "agent_id": {"value": "S0"}}
+    agent = RecordingAgent([[subscribed, {"type": "LAUNCH", "launch": {"task": task}}],
+                            [subscribed]])
+    agent_env([]).close()
+    monkeypatch.setenv("MESOS_AGENT_ENDPOINT", agent.endpoint)
+    back = threading.Event()
+
+    class Executor:
+        def launchTask(self, driver, launched):
+            driver.sendStatusUpdate({"task_id": launched["task_id"], "state": "TASK_RUNNING"})
+
+        def reregistered(self, driver, agent_info):
+            back.set()
+
+        def __getattr__(self, name):
+            return lambda *args: None
+
+    driver = AgentPathExecutorDriver(Executor(), PATH)
+    driver.start()
+    try:
+        assert back.wait(10)
+    finally:
+        driver.stop()
+    first, update, again = agent.calls
+    assert first["subscribe"] == {"unacknowledged_tasks": [], "unacknowledged_updates": []}
+    assert update["type"] == "UPDATE" and update["update"]["status"]["state"] == "TASK_RUNNING"
+    assert again["type"] == "SUBSCRIBE"
+    assert again["subscribe"]["unacknowledged_tasks"] == [task]
+    assert again["subscribe"]["unacknowledged_updates"] == [update["update"]]
+    assert update["update"]["status"]["source"] == "SOURCE_EXECUTOR"
+    assert update["update"]["status"]["uuid"] and update["executor_id"] == {"value": EXECUTOR}
