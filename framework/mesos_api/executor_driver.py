@@ -60,6 +60,7 @@ class ExecutorDriver:
         self._stream: Optional[EventStream] = None
         self._calls: Optional[CallConnection] = None
         self._away = False                          # disconnected() said, no SUBSCRIBED since
+        self._tries = 0                             # failed SUBSCRIBEs since the last stream
 
     @property
     def aborted(self) -> bool:
@@ -172,11 +173,10 @@ class ExecutorDriver:
                           self.agent_endpoint, e)
                 self._stopping = True
             else:
-                log.warning("the agent %s is not up yet (%s to SUBSCRIBE): retrying",
-                            self.agent_endpoint, e)
+                self._retrying(f"not up yet ({e} to SUBSCRIBE)")
         except (OSError, http.client.HTTPException, RecordIOError, ValueError) as e:
             if not self._stopping:
-                log.info("agent %s: %s: %s", self.agent_endpoint, type(e).__name__, e)
+                self._retrying(f"{type(e).__name__}: {e}")
         finally:
             with self._lock:
                 self._stream = None
@@ -185,6 +185,14 @@ class ExecutorDriver:
             if calls is not None:
                 calls.close()
         return subscribed
+
+    def _retrying(self, why: str) -> None:
+        """The first failure of an absence is said; the retries that follow (every
+        retry_delay(), for as long as the agent takes) only with debug logging."""
+        self._tries += 1
+        level = logging.WARNING if self._tries == 1 else logging.DEBUG
+        log.log(level, "the agent %s: %s: subscribing again every %.1f s", self.agent_endpoint,
+                why, self.retry_delay())
 
     def _subscribe_call(self) -> dict:
         with self._lock:
@@ -204,7 +212,7 @@ class ExecutorDriver:
         if kind == "subscribed":
             first = self.executor_info is None
             self.executor_info, self.framework_info = body["executor_info"], body["framework_info"]
-            self._away = False
+            self._away, self._tries = False, 0
             if first:
                 self._callback("registered", body["executor_info"], body["framework_info"],
                                body.get("agent_info", {}))
