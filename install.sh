@@ -1,32 +1,14 @@
 #!/bin/bash
 # Install mesos-gpu on a fresh Debian 12 machine, as root, with no hand steps:
 # system packages, a virtual environment in .venv, the project (editable) with
-# its test extras, and the one-machine cluster the demo and the tests run on.
+# its one-machine cluster and test extras, and the one-machine cluster the demo
+# and the tests run on. (A user's `pip install mesos-gpu` needs none of this.)
 # Idempotent: a second run only checks what is already there.
 set -euo pipefail
 cd "$(dirname "$0")"
 ROOT="$(pwd)"
 t0=$(date +%s)
 step() { echo "[install +$(( $(date +%s) - t0 ))s] $*"; }
-
-# http-parser 0.9.0 (a pymesos dependency) has a C extension that does not build
-# on Python >= 3.11: install it with only its pure-Python parser. Also what a
-# plain `pip install .` into another environment needs first:
-#   ./install.sh http-parser /path/to/venv/bin/python
-install_http_parser() {
-  local python="$1" tmp
-  tmp=$(mktemp -d)
-  "$python" -m pip download -q --no-deps --no-binary :all: -d "$tmp" http-parser==0.9.0
-  tar xzf "$tmp"/http-parser-0.9.0.tar.gz -C "$tmp"
-  sed -i 's/run_setup(not IS_PYPY)/run_setup(False)/' "$tmp/http-parser-0.9.0/setup.py"
-  rm -f "$tmp"/http-parser-0.9.0/http_parser/*.so
-  "$python" -m pip install -q "$tmp/http-parser-0.9.0"
-  rm -rf "$tmp"
-}
-if [ "${1:-}" = "http-parser" ]; then
-  install_http_parser "${2:?usage: install.sh http-parser PYTHON}"
-  exit 0
-fi
 
 if [ "$(id -u)" != 0 ]; then
   echo "install.sh: must run as root (it installs Debian packages and uses cgroups)" >&2; exit 1
@@ -60,12 +42,14 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 PIP=".venv/bin/pip"
-if ! .venv/bin/python -c 'import http_parser' 2>/dev/null; then
-  step "http-parser 0.9.0 (pure-Python parser)"
-  install_http_parser .venv/bin/python
+# Left by an install before the project spoke the Mesos API itself (pymesos and the
+# http-parser it pinned): nothing imports them now, and nothing may.
+if .venv/bin/python -c 'import pymesos' 2>/dev/null; then
+  step "removing pymesos and http-parser (no longer used)"
+  $PIP uninstall -q -y pymesos http-parser
 fi
-step "mesos-gpu and its dependencies"
-$PIP install -q -e ".[test]"
+step "mesos-gpu and its dependencies (with the one-machine cluster's and the tests')"
+$PIP install -q -e ".[localcluster,test]"
 
 step "one-machine cluster parts (Mesos 1.11, fake NVML, NVIDIA driver files)"
 .venv/bin/python -m localcluster build

@@ -9,7 +9,8 @@ engine (localcluster/docker_engine.py). Every executor runs this checkout's code
 otherwise import the installed copy).
 
 1. baseline: --instances command tasks (`sleep`, no executor of ours: the agent's
-   command executor, in the bed the pymesos stand-in of localcluster/mesos_local) in
+   command executor, in the bed the stand-in of localcluster/mesos_local, on our executor
+   driver) in
    one ACCEPT of a plain v1 framework: until all are TASK_RUNNING;
 2. ours: --apps apps created at once (instances 0, DOCKER 1-GPU for --docker of them,
    MESOS without GPU for the rest), then --scales scale calls at once: --instances of
@@ -25,7 +26,7 @@ otherwise import the installed copy).
    and the DOCKER tasks' create+start beside as many plain containers made at once the
    same way (docker create, start: the engine's own part);
 4. the entry point's imports (`python -X importtime -m mesos_gpu executor`), a DOCKER
-   task's extra ones, against the stand-in's (pymesos), and each process's wall time.
+   task's extra ones, against the stand-in's (its driver alone), and each process's wall time.
 Never asserts a time.
 
     .venv/bin/python bench/burst.py [--apps 200] [--scales 34] [--instances 21] [--docker 6]
@@ -298,11 +299,12 @@ def report(command: dict, ours: dict, args) -> None:
     ours_imp = import_cost(["-m", "mesos_gpu", "executor"])
     docker_imp = import_cost(["-c", "import framework.executor.docker_container; "
                               "from mesos_gpu.main import main; main(['executor'])"])
-    base_imp = import_cost(["-c", "import pymesos"])
+    base_imp = import_cost(["-c", "import framework.mesos_api.executor_driver, "
+                                  "framework.mesos_api.callbacks"])
     print(f"{'imports ms (python -X importtime)':<44}{'imports':>10}{'process':>10}{'ratio':>9}")
     for name, (imp, wall) in (("ours: -m mesos_gpu executor", ours_imp),
                               ("ours + a DOCKER task's Docker SDK", docker_imp),
-                              ("command executor stand-in: pymesos", base_imp)):
+                              ("command executor stand-in: its driver", base_imp)):
         print(f"  {name:<42}{imp:>10.1f}{wall:>10.1f}{wall / base_imp[1]:>8.2f}x")
 
 

@@ -1,6 +1,7 @@
 """Under load, nothing is replaced: how long our executors take to re-register with a
 restarted Mesos agent while the machine's CPUs are busy, against the agent's command
-executor (in the bed the pymesos stand-in of localcluster/mesos_local) in the same run.
+executor (in the bed the stand-in of localcluster/mesos_local, on our executor driver) in
+the same run.
 
 A checkpointing framework's executor outlives its agent; the restarted agent waits
 --executor_reregistration_timeout (Mesos's default 2 s) for it to subscribe again and

@@ -12,7 +12,8 @@ Printed side by side:
 - submit -> all TASK_RUNNING (the master's view), 1-GPU tasks vs no GPU (target <= 1.2);
 - the framework's CPU seconds in each, its peak RSS; the agent daemons' CPU and RSS;
 - our executor's RSS per task vs the Mesos command executor's (the bed's is the
-  pymesos stand-in of localcluster/mesos_local: the PyPI bundle has no C++ one);
+  stand-in of localcluster/mesos_local, on our executor driver: the PyPI bundle has no
+  C++ one);
 - GET /v2/apps, /v2/tasks and the dashboard's /v1/nodes with every task running, p50/p99
   and size, against GET /v2/info (a fixed small answer of the same server);
 - --kill agents SIGKILLed at once: until every lost task runs again on another node
@@ -200,10 +201,10 @@ class Bench:
                 raise RuntimeError(f"the command tasks were refused: HTTP {status} {body!r}")
             pids = processes.wait_until(
                 lambda: (lambda p: p if len(p) >= count else None)(
-                    self.executors(b"pymesos_executor")), 120, f"{count} command executors")
+                    self.executors(b"command_executor")), 120, f"{count} command executors")
             time.sleep(1)                          # past their start-up
             rss = [rss_kib(p) for p in pids]
-        self.wait(lambda: not self.executors(b"pymesos_executor"), "command executors gone", 60)
+        self.wait(lambda: not self.executors(b"command_executor"), "command executors gone", 60)
         return statistics.mean(rss)
 
     def api_latency(self, path: str) -> dict:

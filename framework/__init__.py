@@ -1,2 +1,2 @@
-"""The pymesos framework: scheduler, offer matching, TaskInfo builders, executor,
-and the Marathon-style API. Talks to the agent-side module through its client."""
+"""The Mesos framework: its v1 API drivers, scheduler, offer matching, TaskInfo builders,
+executor, and the Marathon-style API. Talks to the agent-side module through its client."""

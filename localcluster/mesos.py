@@ -86,8 +86,9 @@ def build(prefix: Path = PREFIX) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if stamp.exists() and stamp.read_text() == digest:
             return prefix
-        env = {**os.environ, "NO_PYMESOS": "1", "BUILD_PYTHON": sys.executable,
-               # the executor stand-in runs on this (the project's) Python: it has pymesos
+        env = {**os.environ, "BUILD_PYTHON": sys.executable,
+               # the executor stand-in runs on this (the project's) Python: it uses
+               # mesos-gpu's executor driver
                "MESOS_EXECUTOR_PYTHON": sys.executable}
         missing = _apt_missing()
         if missing:

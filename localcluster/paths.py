@@ -15,7 +15,7 @@ _CHECKOUT = PACKAGE.parent
 
 
 def _default() -> Path:
-    if (_CHECKOUT / "setup.py").exists() and (_CHECKOUT / "localcluster").is_dir():
+    if (_CHECKOUT / "pyproject.toml").exists() and (_CHECKOUT / "localcluster").is_dir():
         return _CHECKOUT / ".localcluster"
     return Path("/var/lib/mesos-gpu/localcluster")
 

@@ -3,6 +3,7 @@ product code never imports tests/ or examples/, and pyflakes finds nothing."""
 import ast
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -44,7 +45,8 @@ SUBPACKAGES = {
     "isolator": [["discovery"], ["errors.py", "api.py", "client.py", "crashpoints.py"], ["cgroups"],
                  ["allocation"], ["sharing"], ["gpu_health"], ["containers"], ["metrics"],
                  ["daemon"], ["node_check"], ["cli.py"]],
-    "framework": [["tasks"], ["health"], ["ha", "state"], ["queues"], ["images"], ["scheduling"],
+    "framework": [["mesos_api"], ["tasks"], ["health"], ["ha", "state"], ["queues"], ["images"],
+                  ["scheduling"],
                   ["executor"], ["marathon", "ui"], ["image_cli.py"], ["cli.py"]],
 }
 
@@ -125,8 +127,8 @@ def test_pyflakes_finds_nothing():
 
 @pytest.mark.parametrize("package", LAYERS)
 def test_every_folder_of_python_modules_is_a_package(package):
-    """find_packages (setup.py) skips a folder without __init__.py: an installed
-    mesos-gpu would lack it (the executor once did)."""
+    """setuptools' package discovery (pyproject.toml) skips a folder without
+    __init__.py: an installed mesos-gpu would lack it (the executor once did)."""
     missing = sorted(str(d.relative_to(REPO)) for d in (REPO / package).rglob("*")
                      if d.is_dir() and "mesos_local" not in d.parts and "__pycache__" not in
                      d.parts and any(d.glob("*.py")) and not (d / "__init__.py").exists())
@@ -134,12 +136,9 @@ def test_every_folder_of_python_modules_is_a_package(package):
 
 
 def _package_data() -> dict:
-    """setup.py's package_data, read without running setup()."""
-    tree = ast.parse((REPO / "setup.py").read_text())
-    for node in ast.walk(tree):
-        if isinstance(node, ast.keyword) and node.arg == "package_data":
-            return ast.literal_eval(node.value)
-    raise AssertionError("setup.py has no package_data")
+    """pyproject.toml's package data (setuptools' table)."""
+    with open(REPO / "pyproject.toml", "rb") as f:
+        return tomllib.load(f)["tool"]["setuptools"]["package-data"]
 
 
 def test_every_data_file_of_a_package_ships():
@@ -163,7 +162,7 @@ def test_every_data_file_of_a_package_ships():
                                          for p in patterns.get(".".join(owner.parts), ()))
             if not shipped:
                 missing.append(str(path.relative_to(REPO)))
-    assert missing == [], "not in setup.py's package_data:\n" + "\n".join(missing)
+    assert missing == [], "not in pyproject.toml's package-data:\n" + "\n".join(missing)
 
 
 @pytest.mark.parametrize("tests_of", ["isolator", "volumes"])

@@ -1,31 +1,33 @@
-"""How our executor talks to its Mesos agent: pymesos' executor driver, posting to the
-agent's own API path and holding on to a restarting agent.
+"""How our executor talks to its Mesos agent: our v1 executor driver
+(framework.mesos_api.executor_driver), posting to the agent's own API path and holding
+on to a restarting agent.
 
 A checkpointing framework's executor outlives its agent: the restarted agent waits
 --executor_reregistration_timeout (2 s by default) for its executors to subscribe again
 and kills the others (their tasks come back as new ones). On its way up the agent
 answers first nothing (connection refused), then, for a few milliseconds (longer on a
 busy machine), `404 Not Found.` (its HTTP server is up, the agent's own process not yet
-there), then `503 Agent has not finished recovery`, then the subscription. pymesos
-retries the first two kinds only, backs off 2, 4, 8 ... seconds, and takes the 404 as
-fatal: its IO thread dies, the executor ends and takes its task with it. Here every one
-of them is retried every RETRY_SECONDS (bench/reregistration.py measures it).
+there), then `503 Agent has not finished recovery`, then the subscription. Every one of
+them is retried every RETRY_SECONDS, give or take a random quarter so the executors
+of a node do not all knock in step (bench/reregistration.py measures it).
+
+On an agent run with `--authenticate_http_executors` every call must carry the token the
+agent gave the executor in MESOS_EXECUTOR_AUTHENTICATION_TOKEN (`Authorization: Bearer`,
+a JWT signed with the agent's --executor_secret_key). Here the token goes on SUBSCRIBE
+and on every call, and leaves the environment, so no task or child inherits it (as
+Mesos' own executors do). Without one (an agent that does not ask) no header is sent.
 """
 import logging
 import os
-import time
-import uuid
-from typing import Any, Mapping, Optional
+import random
+from typing import Any, Mapping
 
-import pymesos.process
-from pymesos import Executor, MesosExecutorDriver, decode_data, encode_data
-from pymesos.utils import parse_duration
-
-import framework.scheduling.mesos_driver  # noqa: F401  (no interrupt_main from pymesos' IO thread)
+from framework.mesos_api.executor_driver import ExecutorDriver
+from framework.mesos_api.values import parse_duration
 
 log = logging.getLogger("mesos-gpu.executor")
 
-NOT_ROUTED_YET = "Failed with HTTP 404"     # pymesos' RuntimeError for a 404 answer
+TOKEN_ENV = "MESOS_EXECUTOR_AUTHENTICATION_TOKEN"
 
 
 def agent_api_path(env: Mapping[str, str] = os.environ) -> str:
@@ -44,71 +46,24 @@ def duration_env(name: str, default: float, env: Mapping[str, str] = os.environ)
         return default
     try:
         return parse_duration(text)
-    except (ValueError, KeyError, IndexError):
+    except ValueError:
         log.warning("%s=%r is not a duration: using %gs", name, text, default)
         return default
 
 
-class AgentPathExecutorDriver(MesosExecutorDriver):
-    """pymesos' executor driver posting to the agent's own API path, re-subscribing
-    to a restarted agent quickly enough to be recovered.
-
-    pymesos backs off 2, 4, 8 ... seconds between connection attempts: ours retries
-    every RETRY_SECONDS, never more than MESOS_SUBSCRIPTION_BACKOFF_MAX apart (the
-    agent's own bound), whatever the agent answered (module docstring)."""
+class AgentPathExecutorDriver(ExecutorDriver):
+    """The executor driver posting to the agent's own API path with the agent's token,
+    re-subscribing to a restarted agent quickly enough to be recovered: every
+    RETRY_SECONDS, never more than MESOS_SUBSCRIPTION_BACKOFF_MAX apart (the agent's own
+    bound), whatever the agent answered (module docstring)."""
     RETRY_SECONDS = 0.2
-    retry_not_found = True           # _Connection: a 404 or 503 to SUBSCRIBE is retried
 
-    def __init__(self, executor: Executor, path: str) -> None:
-        super().__init__(executor)
-        self.path = path
+    def __init__(self, executor: Any, path: str) -> None:
+        token = os.environ.pop(TOKEN_ENV, None)
+        super().__init__(executor, path, f"Bearer {token}" if token else None)
         self.backoff_max = duration_env("MESOS_SUBSCRIPTION_BACKOFF_MAX", 2.0)
 
-    def _backoff(self, num_conn_retry: int) -> float:
-        return min(self.backoff_max, self.RETRY_SECONDS)
-
-    def gen_request(self) -> bytes:
-        return super().gen_request().replace(b"POST /api/v1/executor ",
-                                             f"POST {self.path} ".encode(), 1)
-
-    def _send(self, body: Any, path: Optional[str] = None, method: str = "POST",
-              headers: Optional[dict] = None) -> Any:
-        return super()._send(body, path or self.path, method, headers or {})
-
-    def sendStatusUpdate(self, status: dict) -> None:
-        """Keep each update until the agent acknowledges it (pymesos does not):
-        they are re-sent on re-subscription and the executor waits for them
-        before it exits."""
-        status.setdefault("uuid", encode_data(uuid.uuid4().bytes))
-        status.setdefault("source", "SOURCE_EXECUTOR")
-        self.updates[uuid.UUID(bytes=decode_data(status["uuid"]))] = {"status": status}
-        try:
-            super().sendStatusUpdate(status)
-        except (RuntimeError, OSError) as e:     # the agent is away (restarting)
-            log.warning("status update %s of task %s not sent now (%s): it goes out when "
-                        "the agent is back", status["state"], status["task_id"]["value"], e)
-
-
-class _Connection(pymesos.process.Connection):
-    """pymesos' connection, for a driver that asks (`retry_not_found`): a 404 before
-    the event stream began is the agent not yet up, retried, not the end; a 503 (still
-    recovering) is retried after the same pause, not at once: a busy loop of every
-    executor on the node would take the CPU from the agent's own recovery."""
-
-    def read(self) -> bool:
-        retry = getattr(self._callback, "retry_not_found", False)
-        try:
-            alive = super().read()
-        except RuntimeError as e:
-            if not (retry and self._stream_id is None and str(e).startswith(NOT_ROUTED_YET)):
-                raise
-            log.warning("the agent is not up yet (HTTP 404 to SUBSCRIBE): retrying")
-            alive = False
-        if not alive and retry and self._stream_id is None:
-            time.sleep(self._callback.RETRY_SECONDS)   # then pymesos connects again
-        return alive
-
-
-pymesos.process.Connection = _Connection
-
-
+    def retry_delay(self) -> float:
+        """RETRY_SECONDS +-25 %, within the agent's bound: every executor of a restarted
+        agent retries, and in step they would arrive together each time."""
+        return min(self.backoff_max, self.RETRY_SECONDS * random.uniform(0.75, 1.25))

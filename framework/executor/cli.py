@@ -27,5 +27,5 @@ def register(sub) -> None:
 
 
 def _run(args) -> int:
-    from framework.executor import main as executor  # pymesos: only when an executor runs
+    from framework.executor import main as executor  # its imports: only when one runs
     return executor.run(args)

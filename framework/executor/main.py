@@ -43,10 +43,10 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
 
-from pymesos import Executor, MesosExecutorDriver
-
 from framework.executor.pull_timeout import pull_timeout
 from framework.executor.agent_driver import AgentPathExecutorDriver, agent_api_path, duration_env
+from framework.mesos_api.callbacks import Executor
+from framework.mesos_api.executor_driver import ExecutorDriver
 from framework.tasks import taskinfo
 from framework.executor.health import HealthChecker, HealthStatus
 from framework.executor.host_ports import check_free
@@ -104,7 +104,7 @@ class Outcome:
 class TaskRun:
     """One task, from prepare to cleanup, on its own thread."""
 
-    def __init__(self, executor: "GpuExecutor", driver: MesosExecutorDriver, task: dict) -> None:
+    def __init__(self, executor: "GpuExecutor", driver: ExecutorDriver, task: dict) -> None:
         self.executor = executor
         self.driver = driver
         self.task = task
@@ -425,7 +425,7 @@ def gpu_fault_outcome(stopped: GpuFaultStop) -> Outcome:
 
 
 class GpuExecutor(Executor):
-    """pymesos callbacks; one TaskRun per task."""
+    """The executor driver's callbacks; one TaskRun per task."""
 
     def __init__(self, agent_socket: str, docker_host: Optional[str], sandbox: str,
                  pull_timeout: float = 1800.0) -> None:
@@ -457,7 +457,7 @@ class GpuExecutor(Executor):
         Mesos's own executors do."""
         with self.lock:
             if self.disconnected_at is not None:
-                return                          # pymesos calls this on every retry
+                return                          # already away: one watch per absence
             self.disconnected_at = time.monotonic()
         log.warning("disconnected from the agent: retrying; tasks go on (recovery timeout "
                     "%.0f s)", self.recovery_timeout)
@@ -532,7 +532,7 @@ class GpuExecutor(Executor):
                 self.all_done.set()
 
 
-def wait_acknowledged(driver: MesosExecutorDriver, timeout: float) -> None:
+def wait_acknowledged(driver: ExecutorDriver, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while driver.updates and time.monotonic() < deadline:
         time.sleep(0.1)

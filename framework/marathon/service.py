@@ -24,6 +24,7 @@ import time
 from typing import Any, Callable, Optional
 
 from framework.health import gpu_health
+from framework.scheduling import mesos_credential
 from framework.marathon import scheduler_metrics
 from framework.tasks.container_options import check_user
 from framework.ha.leadership import SingleInstance
@@ -145,6 +146,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    default="restricted", metavar="{restricted,unrestricted}",
                    help="restricted (default): tasks without GPUs stay off GPU agents; "
                         "an app's GPU_SCHEDULING_BEHAVIOR label overrides it")
+    mesos_credential.add_arguments(p)
     gpu_health.add_arguments(p)
     high_availability.add_arguments(p)
 
@@ -190,9 +192,10 @@ class FrameworkService:
             raise UserError(f"--refuse_seconds must be 0..86400, got {args.refuse_seconds:g}")
         if args.max_body_bytes < 1024:
             raise UserError(f"--max_body_bytes must be at least 1024, got {args.max_body_bytes}")
-        from framework.scheduling.mesos_driver import check_master     # pymesos: only when it runs
+        from framework.scheduling.mesos_driver import check_master     # only when it runs
         check_master(args.master)
         registries(getattr(args, "registry", None))
+        self.credential = mesos_credential.from_args(args)
         self.args = args
         self.zk = ZkSettings.from_args(args)
         explicit = Authenticator.from_args(args.http_credentials, args.http_token_file)
@@ -457,7 +460,7 @@ class FrameworkService:
             "marathon_config": {
                 "master": self.args.master, "framework_name": self.args.framework_name,
                 "hostname": host, "features": ["gpu_resources", "fractional_gpus"],
-                "mesos_role": "*",
+                "mesos_role": getattr(self.args, "mesos_role", "*"),
                 "mesos_user": self.args.mesos_user or pwd.getpwuid(os.getuid()).pw_name,
                 "failover_timeout": int(self.args.failover_timeout),
                 "executor": "//cmd", "local_port_min": 10000, "local_port_max": 20000,
@@ -503,6 +506,7 @@ def default_scheduler_factory(args: argparse.Namespace, store: StateStore) -> An
     from framework.scheduling.scheduler import GpuScheduler, SchedulerConfig
     config = SchedulerConfig(
         master=args.master, name=args.framework_name,
+        role=getattr(args, "mesos_role", "*"), credential=mesos_credential.from_args(args),
         gpu_scheduling=args.gpu_scheduling_behavior, failover_timeout=args.failover_timeout,
         refuse_seconds=args.refuse_seconds,
         executor=taskinfo.ExecutorSettings(agent_socket=None if args.agent_socket == "none"

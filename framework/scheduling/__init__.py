@@ -1,4 +1,4 @@
-"""The pymesos scheduler: the scheduler and its driver supervision (scheduler,
+"""The Mesos scheduler: the scheduler and its driver supervision (scheduler,
 driver_supervisor, mesos_driver), offer matching and Marathon's constraints,
 the agents seen in offers, the one record of each task (task_record), and the
 scheduler's metrics.

@@ -1,6 +1,6 @@
 """Keeps a scheduler connected to the Mesos master.
 
-One pymesos driver at a time (framework.scheduling.mesos_driver.SchedulerDriver, with its
+One driver at a time (framework.scheduling.mesos_driver.SchedulerDriver, with its
 heartbeat watchdog): started with the framework info of the moment (the stored
 framework id, so a restarted driver subscribes as the same framework),
 restarted when it stops on its own (master unreachable, SUBSCRIBE refused, the
@@ -20,6 +20,7 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
+from framework.scheduling.mesos_credential import Credential
 from framework.scheduling.mesos_driver import MISSED_HEARTBEATS, SchedulerDriver
 
 log = logging.getLogger(__name__)
@@ -31,8 +32,10 @@ RESTART_MAX_SECONDS = 60.0
 
 class DriverSupervisor:
     def __init__(self, scheduler: Any, framework_info: Callable[[], dict], master: str,
-                 missed_heartbeats: float = MISSED_HEARTBEATS) -> None:
-        self.scheduler = scheduler            # the pymesos callbacks
+                 missed_heartbeats: float = MISSED_HEARTBEATS,
+                 credential: Optional[Credential] = None) -> None:
+        self.scheduler = scheduler            # the driver's callbacks
+        self.credential = credential          # principal and secret for the master
         self.framework_info = framework_info
         self.master = master
         self.missed_heartbeats = missed_heartbeats
@@ -120,13 +123,16 @@ class DriverSupervisor:
 
     def _start_driver(self) -> None:
         info = self.framework_info()
-        log.info("connecting to Mesos master %s as %s (framework id %s, GPU_RESOURCES %s)",
-                 self.master, info["name"], info.get("id", {}).get("value", "new"),
+        log.info("connecting to Mesos master %s as %s (framework id %s, role %s, principal %s, "
+                 "GPU_RESOURCES %s)", self.master, info["name"],
+                 info.get("id", {}).get("value", "new"), info.get("role", "*"),
+                 self.credential.principal if self.credential else "none",
                  "on" if {"type": "GPU_RESOURCES"} in info.get("capabilities", ()) else "off")
         driver = SchedulerDriver(self.scheduler, info, self.master,
                                  missed_heartbeats=self.missed_heartbeats,
-                                 implicit_acknowledgements=False, failover=True,
-                                 may_subscribe=lambda: self.may_act())
+                                 implicit_acknowledgements=False,
+                                 may_subscribe=lambda: self.may_act(),
+                                 credential=self.credential)
         with self._lock:
             self._driver = driver
         driver.start()

@@ -1,4 +1,4 @@
-"""The GPU scheduler: a pymesos framework (v1 HTTP API) that runs TaskSpecs.
+"""The GPU scheduler: a Mesos framework (v1 HTTP API, framework.mesos_api) that runs TaskSpecs.
 
     sched = GpuScheduler(SchedulerConfig(master="127.0.0.1:5050"), store)
     sched.on_update(print)
@@ -35,7 +35,7 @@ What it does with the master:
 Everything is keyed by TaskSpec.id; each task is one TaskRecord
 (framework.scheduling.task_record), stored under its id. State changes are written to the
 store before anything is sent to Mesos (write-ahead), so a crash at any point
-is healed by reconciliation on restart. The connection itself (the pymesos
+is healed by reconciliation on restart. The connection itself (the Mesos
 driver, its restarts with back-off) is framework.scheduling.driver_supervisor's.
 """
 import logging
@@ -54,6 +54,7 @@ from framework.scheduling.agent_inventory import AgentInventory
 from framework.tasks.constraints import offer_fields
 from framework.health.gpu_health import GpuHealthView
 from framework.scheduling.driver_supervisor import DriverSupervisor
+from framework.scheduling.mesos_credential import Credential
 from framework.images.image_resolver import FAILED, READY, ImageResolver
 from framework.scheduling.matching import (RESTRICTED, Matcher, OfferSlot, gpu_behavior,
                                           share_reason)
@@ -112,6 +113,7 @@ class SchedulerConfig:
     registries: tuple[str, ...] = ()
     registry_config: Optional[str] = None    # a Docker config.json with their credentials
     gpu_health_interval: float = 2.0         # reading the agent daemons' GPU health; 0: off
+    credential: Optional[Credential] = None  # principal and secret for the master
 
 
 def _resolver(config: SchedulerConfig, on_change: Callable[[], None]) -> Optional[ImageResolver]:
@@ -176,7 +178,7 @@ class GpuScheduler:
         self._by_mesos_id: dict[str, str] = {}
         self._callbacks: list[Callable[[TaskRecord], None]] = []
         self.supervisor = DriverSupervisor(self, self._framework_info, config.master,
-                                           config.missed_heartbeats)
+                                           config.missed_heartbeats, config.credential)
         self._suppressed = False
         self._subscribed = threading.Event()
         self._stop = threading.Event()
@@ -323,7 +325,7 @@ class GpuScheduler:
         configured = master_address(self.config.master)
         return None if configured.startswith(("zk://", "zoo://")) else configured
 
-    # -- pymesos callbacks (the driver's IO thread) ------------------------------------------
+    # -- the driver's callbacks (its IO thread) ----------------------------------------------
 
     def registered(self, driver: SchedulerDriver, framework_id: Mapping, master_info: Mapping) -> None:
         self.store.set_framework_id(framework_id["value"])
@@ -338,7 +340,7 @@ class GpuScheduler:
 
     def disconnected(self, driver: SchedulerDriver) -> None:
         self._subscribed.clear()
-        log.warning("disconnected from the master; pymesos reconnects")
+        log.warning("disconnected from the master; the driver reconnects")
 
     def error(self, driver: SchedulerDriver, message: str) -> None:
         log.error("master error: %s", message)

@@ -32,12 +32,14 @@ def nvml_include_dir() -> Path:
     import importlib.util
     spec = importlib.util.find_spec("nvidia")
     if spec is None or not spec.submodule_search_locations:
-        raise LocalClusterError("nvml.h not found: install the PyPI package nvidia-nvml-dev")
+        raise LocalClusterError("nvml.h not found: install mesos-gpu[localcluster] (NVIDIA's "
+                                "nvidia-nvml-dev)")
     for base in spec.submodule_search_locations:
         for sub in sorted(Path(base).glob("cu*/include")):
             if (sub / "nvml.h").exists():
                 return sub
-    raise LocalClusterError("nvml.h not found under the nvidia package (nvidia-nvml-dev)")
+    raise LocalClusterError("nvml.h not found under the nvidia package: install "
+                            "mesos-gpu[localcluster] (NVIDIA's nvidia-nvml-dev)")
 
 
 def build() -> Path:

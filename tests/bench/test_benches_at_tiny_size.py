@@ -28,7 +28,7 @@ TINY = {
          rf"^  launch -> TASK_RUNNING +{NUM} +{NUM} +{NUM}x$",
          rf"create\+start vs plain docker, as many at once +{NUM} +{NUM} +{NUM}x",
          rf"ours: -m mesos_gpu executor +{NUM} +{NUM} +{NUM}x",
-         rf"command executor stand-in: pymesos +{NUM} +{NUM} +1\.00x", r"^left behind: nothing$"]),
+         rf"command executor stand-in: its driver +{NUM} +{NUM} +1\.00x", r"^left behind: nothing$"]),
     "failover.py": (
         ["--rounds", "1", "--session-timeout-ms", "1000"],
         [rf"^ +1 +{NUM} +{NUM} +{NUM} +0 +0$",                        # none lost, none twice

@@ -19,7 +19,7 @@ def ptxas() -> Path:
     try:
         import nvidia.cuda_nvcc
     except ImportError:
-        pytest.fail("ptxas is missing: pip install nvidia-cuda-nvcc-cu12 (setup.py test extra)")
+        pytest.fail("ptxas is missing: pip install nvidia-cuda-nvcc-cu12 (the test extra)")
     path = Path(list(nvidia.cuda_nvcc.__path__)[0]) / "bin" / "ptxas"
     assert path.exists(), path
     return path

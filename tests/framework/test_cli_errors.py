@@ -1,12 +1,13 @@
 """The framework's guards on what an operator types and reads: --master
-forms pymesos can use, and pymesos' log records as single lines."""
-import io
-import logging
+forms the driver can use; the drivers leave the process's signals alone."""
+import subprocess
+import sys
 
 import pytest
 
 from framework.scheduling import mesos_driver
 from common.errors import UserError
+from tests.bed import REPO
 
 
 @pytest.mark.parametrize("master", ["127.0.0.1:5050", "master", "http://master:5050/",
@@ -24,23 +25,20 @@ def test_master_forms_refused_with_the_flag_name(master):
         mesos_driver.check_master(master)
 
 
-def test_pymesos_records_are_single_lines_through_the_root_logger():
-    assert logging.getLogger("pymesos").handlers == []          # its own stderr handler: gone
-    out = io.StringIO()
-    handler = logging.StreamHandler(out)
-    root = logging.getLogger()
-    old_level = root.level
-    root.addHandler(handler)
-    root.setLevel(logging.INFO)
-    try:
-        try:
-            raise ConnectionRefusedError(111, "Connection refused")
-        except ConnectionRefusedError:
-            logging.getLogger("pymesos.process").exception("Thread abort:")
-    finally:
-        root.removeHandler(handler)
-        root.setLevel(old_level)
-    assert out.getvalue() == "Thread abort: ConnectionRefusedError: [Errno 111] Connection refused\n"
+def test_importing_the_drivers_changes_no_signal_handler():
+    """pymesos replaced SIGINT's handler when imported (and re-raised its IO thread's
+    errors in the main thread); ours leave the process's signals alone."""
+    code = ("import signal, sys\n"
+            "before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}\n"
+            "import framework.scheduling.scheduler, framework.executor.main\n"
+            "import framework.mesos_api.scheduler_driver, framework.mesos_api.executor_driver\n"
+            "after = {s: signal.getsignal(s) for s in before}\n"
+            "assert before == after, (before, after)\n"
+            "assert not [m for m in sys.modules if m.split('.')[0] in "
+            "('pymesos', 'http_parser', 'six', 'addict')], sorted(sys.modules)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       cwd=REPO, timeout=60)
+    assert r.returncode == 0, r.stderr
 
 
 def test_demo_stopped_by_sigterm_shuts_everything_down(mesos_prefix):

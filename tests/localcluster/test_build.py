@@ -13,7 +13,7 @@ def test_mesos_build_is_idempotent_and_uses_this_python(mesos_prefix):
     assert (mesos_prefix / "bin" / "mesos_local").exists()
     assert (mesos_prefix / "lib" / "libmesos-bundle.so").stat().st_size > 100 * 2**20
     executor = (mesos_prefix / "libexec" / "mesos-executor").read_text()
-    assert sys.executable in executor      # the stand-in runs where pymesos is installed
+    assert sys.executable in executor      # the stand-in runs where mesos-gpu is installed
 
 
 def test_build_command_times_each_part():

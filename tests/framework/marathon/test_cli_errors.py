@@ -5,7 +5,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -57,16 +56,22 @@ def test_busy_port_names_the_flags_and_leaves_no_state_dir(mesos_gpu_cli, tmp_pa
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_stops_cleanly_while_the_master_is_unreachable(tmp_path, sig):
-    """Port 1 refuses: pymesos retries and logs each try, once, on one line."""
+    """Port 1 refuses: the driver retries and logs each try, once, on one line. The
+    signal goes after its second try (the first may come before the service's signal
+    handlers are in place; a fixed sleep was too short on a loaded machine)."""
     proc = subprocess.Popen([sys.executable, "-m", "mesos_gpu", "framework",
                              "--master", "127.0.0.1:1", "--http_port", "0",
                              "--state_dir", str(tmp_path / "state")],
                             stderr=subprocess.PIPE, text=True)
     try:
-        time.sleep(3)
+        seen = []
+        for line in proc.stderr:
+            seen.append(line)
+            if sum("Connection refused" in x for x in seen) == 2:
+                break
         proc.send_signal(sig)
         assert proc.wait(timeout=30) == 0
-        err = proc.stderr.read()
+        err = "".join(seen) + proc.stderr.read()
     finally:
         if proc.poll() is None:
             proc.kill()

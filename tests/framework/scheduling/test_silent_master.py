@@ -3,7 +3,7 @@ open, on the real Mesos 1.11 processes of the test bed.
 
 SIGSTOP freezes the master as a hung host or a network partition would: the
 kernel keeps its TCP connections open (and even accepts new ones into the
-listen backlog), so nothing tells pymesos the master is gone. Only the
+listen backlog), so nothing tells the driver the master is gone. Only the
 missing HEARTBEAT events do: the driver's watchdog closes the stream after
 `missed_heartbeats` silent intervals and subscribes again. Once the master
 runs again (SIGCONT) the framework is back as itself, reconciles, and its GPU
@@ -86,7 +86,7 @@ def test_silent_master_is_dropped_and_the_framework_resubscribes_as_itself(
         assert sched.wait_subscribed(30)
         subscribed_at = time.monotonic()
         framework_id = sched.framework_id
-        assert messages(caplog, "framework.scheduling.mesos_driver",
+        assert messages(caplog, "framework.mesos_api.scheduler_driver",
                         f"master heartbeats every {HEARTBEAT_INTERVAL:g} s: reconnecting "
                         f"after {SILENCE_LIMIT:g} s without an event")
         sched.submit(TaskSpec(id="steady", gpus=1, cpus=0.1, mem=32, cmd="sleep 300"))
@@ -96,7 +96,7 @@ def test_silent_master_is_dropped_and_the_framework_resubscribes_as_itself(
 
         # a live master's heartbeats keep the stream open past the limit
         time.sleep(max(0.0, subscribed_at + SILENCE_LIMIT + 3 - time.monotonic()))
-        assert messages(caplog, "framework.scheduling.mesos_driver", "no event from the master") == []
+        assert messages(caplog, "framework.mesos_api.scheduler_driver", "no event from the master") == []
         assert len(messages(caplog, "framework.scheduling.scheduler", "subscribed as framework")) == 1
 
         streams_before = connections_to(master.port)
@@ -105,7 +105,7 @@ def test_silent_master_is_dropped_and_the_framework_resubscribes_as_itself(
         frozen = True
         frozen_at, frozen_wall = time.monotonic(), time.time()
         dropped = wait_until(
-            lambda: messages(caplog, "framework.scheduling.mesos_driver", "no event from the master"),
+            lambda: messages(caplog, "framework.mesos_api.scheduler_driver", "no event from the master"),
             SILENCE_LIMIT + 10, "the watchdog dropping the silent stream")
         detected_at = time.monotonic()
         assert "(1.5 heartbeats of 15 s): reconnecting" in dropped[0], dropped

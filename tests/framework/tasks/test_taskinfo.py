@@ -83,7 +83,7 @@ def test_master_address_forms():
 
 
 def test_driver_keeps_capabilities_exactly_as_asked():
-    # pymesos would add GPU_RESOURCES for a 1.x master; ours does not.
+    # pymesos added GPU_RESOURCES for a 1.x master; ours does not.
     without = SchedulerDriver(None, {"name": "x", "user": "u", "capabilities": []}, "h:1")
     without.version = "1.11.0"
     assert "capabilities" not in without.framework
