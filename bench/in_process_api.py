@@ -6,13 +6,13 @@ from pathlib import Path
 from typing import Any, Callable, Dict
 
 from framework.ha.leadership import SingleInstance
-from framework.marathon.api_context import ApiContext
-from framework.marathon.events import EventBus
-from framework.marathon.http_api import MarathonApi
-from framework.marathon.metrics import Metrics
-from framework.marathon.reconciler import Reconciler
-from framework.marathon.registry import Registry
-from framework.marathon.security import DockerPolicy
+from framework.marathon.api.context import ApiContext
+from framework.http.events import EventBus
+from framework.marathon.api.http_api import MarathonApi
+from framework.http.metrics import Metrics
+from framework.marathon.core.instance_keeper import Reconciler
+from framework.marathon.core.group_manager import Registry
+from framework.http.security import DockerPolicy
 from framework.state.state_store import StateStore
 
 

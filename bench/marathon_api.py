@@ -43,8 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from in_process_api import InProcessApi  # noqa: E402  (bench/, the script's folder)
 
-from framework.marathon.security import Authenticator  # noqa: E402
-from framework.marathon.server import serve  # noqa: E402
+from framework.http.security import Authenticator  # noqa: E402
+from framework.http.server import serve  # noqa: E402
 from framework.scheduling.task_record import TaskRecord  # noqa: E402
 from framework.tasks.task_spec import TaskSpec  # noqa: E402
 
@@ -191,7 +191,7 @@ def remove_and_wait(port: int, group: str) -> None:
 def health_deployments(apps: int) -> None:
     """The deployment rows (see the module's docstring)."""
     import logging
-    from framework.marathon.service import FrameworkService, add_arguments
+    from framework.process.framework_process import FrameworkService, add_arguments
     from localcluster.mesos import Agent, Master
     logging.basicConfig(level=logging.ERROR)      # the figures, not the framework's log
     resources = f"cpus:{apps};mem:{apps * 64};ports:[31000-32999]"

@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from framework.marathon.service import FrameworkService, add_arguments  # noqa: E402
+from framework.process.framework_process import FrameworkService, add_arguments  # noqa: E402
 from localcluster import fake_nvml  # noqa: E402
 from localcluster.gpu_node import GpuNode, layout_for_driver_files  # noqa: E402
 from localcluster.mesos import Agent, Master  # noqa: E402

@@ -42,9 +42,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from in_process_api import InProcessApi  # noqa: E402  (bench/, the script's folder)
 
 from framework.scheduling.agent_inventory import AgentInventory  # noqa: E402
-from framework.marathon.registry import Registry  # noqa: E402
-from framework.marathon.security import Authenticator  # noqa: E402
-from framework.marathon.server import serve  # noqa: E402
+from framework.marathon.core.group_manager import Registry  # noqa: E402
+from framework.http.security import Authenticator  # noqa: E402
+from framework.http.server import serve  # noqa: E402
 from framework.scheduling.task_record import TaskRecord  # noqa: E402
 from framework.tasks.task_spec import TaskSpec  # noqa: E402
 from framework.ui import routes as ui  # noqa: E402

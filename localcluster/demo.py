@@ -146,7 +146,7 @@ def framework_service(master: str, node, engine) -> Iterator[Tuple[str, str]]:
     """`mesos-gpu framework` as an operator runs it, with executors pointed at this
     demo's agent daemon and Docker engine; yields the Marathon API's URL and the
     credentials it made in its state dir."""
-    from framework.marathon.service import FrameworkService, add_arguments
+    from framework.process.framework_process import FrameworkService, add_arguments
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     args = parser.parse_args(["--master", master, "--http_port", "0",

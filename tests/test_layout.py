@@ -36,16 +36,21 @@ def test_layers_import_only_downwards(package):
                 wrong.append(f"{path.relative_to(REPO)}:{line} imports {top}")
     assert not wrong, "\n".join(wrong)
 
-# Inside a layer, its concerns in the same order, lowest first; the members of one
-# level may import each other; modules at the top of a layer (its public API,
-# client, errors, commands) are named by file. An import under `if TYPE_CHECKING:`
-# (a type for an annotation, never run) does not count.
+# Inside a layer (or a package of one), its concerns in the same order, lowest
+# first; the members of one level may import each other; modules at the top of a
+# layer (its public API, client, errors, commands) are named by file. An import
+# under `if TYPE_CHECKING:` (a type for an annotation, never run) does not count.
+# framework: the HTTP kit every API family shares (http) under the families
+# (marathon; ui, the dashboard, over marathon's state), and the process that wires
+# them (process) on top; inside marathon: api over core over state.
 SUBPACKAGES = {
     "isolator": [["discovery"], ["errors.py", "api.py", "client.py", "crashpoints.py"], ["cgroups"],
                  ["allocation"], ["sharing"], ["health"], ["metrics"], ["daemon"], ["node_check"],
                  ["cli.py"]],
-    "framework": [["tasks"], ["health"], ["ha", "state"], ["images"], ["scheduling"],
-                  ["executor"], ["marathon", "ui"], ["image_cli.py"], ["cli.py"]],
+    "framework": [["tasks"], ["gpus"], ["ha", "state"], ["images"], ["scheduling"],
+                  ["executor"], ["http"], ["marathon"], ["ui"], ["process"], ["image_cli.py"],
+                  ["cli.py"]],
+    "framework.marathon": [["state"], ["core"], ["api"]],
 }
 
 
@@ -70,11 +75,13 @@ def _runtime_imports(path: Path):
 
 def _level(layer: str, module: str):
     """The level index of a module of `layer` (None: not inside one of its concerns)."""
+    prefix = layer.split(".")
     parts = module.split(".")
-    if parts[0] != layer or len(parts) < 2:
+    if parts[:len(prefix)] != prefix or len(parts) <= len(prefix):
         return None
+    name = parts[len(prefix)]
     for i, members in enumerate(SUBPACKAGES[layer]):
-        if parts[1] in members or f"{parts[1]}.py" in members:
+        if name in members or f"{name}.py" in members:
             return i
     return None
 
@@ -82,7 +89,7 @@ def _level(layer: str, module: str):
 @pytest.mark.parametrize("layer", sorted(SUBPACKAGES))
 def test_every_module_of_a_layer_belongs_to_one_of_its_concerns(layer):
     declared = {m for members in SUBPACKAGES[layer] for m in members}
-    present = {p.name for p in (REPO / layer).iterdir()
+    present = {p.name for p in (REPO / layer.replace(".", "/")).iterdir()
                if (p.is_dir() and (p / "__init__.py").exists()) or
                (p.suffix == ".py" and p.name != "__init__.py")}
     assert present == declared, f"not declared: {sorted(present - declared)}; " \
@@ -92,7 +99,7 @@ def test_every_module_of_a_layer_belongs_to_one_of_its_concerns(layer):
 @pytest.mark.parametrize("layer", sorted(SUBPACKAGES))
 def test_concerns_inside_a_layer_import_only_downwards(layer):
     wrong = []
-    for path in sorted((REPO / layer).rglob("*.py")):
+    for path in sorted((REPO / layer.replace(".", "/")).rglob("*.py")):
         module = ".".join(path.relative_to(REPO).with_suffix("").parts)
         own = _level(layer, module)
         if own is None:
@@ -114,6 +121,17 @@ def test_a_concern_importing_upwards_is_caught(tmp_path, monkeypatch):
                    "from isolator.daemon.service import AgentService\n")
     assert [m for _, m in _runtime_imports(bad) if m.startswith("isolator")] == \
         ["isolator.daemon.service", "isolator.daemon.service.AgentService"]
+
+
+def test_marathons_layers_are_checked_inside_it():
+    """Inside marathon: state < core < api; the dashboard (ui) sits above marathon and
+    marathon never imports it; the HTTP kit sits below every API family."""
+    assert _level("framework.marathon", "framework.marathon.state.app_model") < \
+        _level("framework.marathon", "framework.marathon.core.group_manager") < \
+        _level("framework.marathon", "framework.marathon.api.apps")
+    assert _level("framework.marathon", "framework.ui.nodes") is None
+    assert _level("framework", "framework.http.server") < _level("framework", "framework.marathon") \
+        < _level("framework", "framework.ui.routes") < _level("framework", "framework.process")
 
 
 def test_pyflakes_finds_nothing():

@@ -25,11 +25,11 @@ has reported is a tile without a UUID, and says so.
 Per-GPU health comes from `gpu_details` when one is given: agent id ->
 {"gpus": {uuid: {"health", "reason"}}, "error", "reportedAt"}
 (framework/ui/gpu_details.py: the agent daemons' health as
-framework.health.gpu_health reads it; a daemon that stopped answering is said on its
+framework.gpus.gpu_health reads it; a daemon that stopped answering is said on its
 node as `healthError`, its last report standing; a GPU not healthy that no task
 holds is an "unhealthy" tile, whether the daemon calls it unhealthy or
 probing); a held GPU's utilisation and memory are its task's, as the
-executor reports them (the record's `gpu_usage`, framework.health.gpu_usage).
+executor reports them (the record's `gpu_usage`, framework.gpus.gpu_usage).
 Without either the tiles carry no such fields.
 """
 import json
@@ -37,7 +37,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from framework.scheduling.agent_inventory import AgentInventory, AgentSeen
 from framework.tasks.constraints import REGION_FIELD, ZONE_FIELD
-from framework.marathon.registry import Registry
+from framework.marathon.core.group_manager import Registry
 from framework.scheduling.task_record import TaskRecord
 from framework.ui.gpu_details import GpuDetails
 from framework.tasks.timestamps import format_timestamp

@@ -13,7 +13,7 @@ from typing import Iterator, List
 
 import pytest
 
-from framework.marathon.service import FrameworkService, add_arguments
+from framework.process.framework_process import FrameworkService, add_arguments
 from localcluster.mesos import LocalCluster
 from tests.examples.conftest import COGNITIVE
 

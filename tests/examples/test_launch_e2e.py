@@ -20,7 +20,7 @@ import pytest
 
 from localcluster.cognitive import image
 from localcluster.cognitive.glyphnet import glyphs
-from framework.marathon.service import FrameworkService, add_arguments
+from framework.process.framework_process import FrameworkService, add_arguments
 from isolator.cgroups.docker_devices import LABEL as CONTAINER_LABEL
 from localcluster import fake_nvml
 from localcluster.mesos import Agent, Master

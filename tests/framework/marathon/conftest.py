@@ -11,7 +11,7 @@ from typing import Callable, Iterator, List
 
 import pytest
 
-from framework.marathon.service import FrameworkService, add_arguments
+from framework.process.framework_process import FrameworkService, add_arguments
 from localcluster.mesos import LocalCluster
 from tests.framework.marathon.http_client import Client
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from framework.marathon.service import FrameworkService
+from framework.process.framework_process import FrameworkService
 from framework.tasks.timestamps import parse_timestamp
 from localcluster import fake_nvml
 from localcluster.gpu_node import GpuNode, layout_for_driver_files

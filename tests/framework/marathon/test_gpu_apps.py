@@ -10,7 +10,7 @@ replace them (config change, kill, restart) while every GPU is taken, scale to
 
 import pytest
 
-from framework.marathon.service import FrameworkService
+from framework.process.framework_process import FrameworkService
 from localcluster import fake_nvml
 from localcluster.mesos import Agent, Master
 from localcluster.gpu_node import GpuNode, layout_for_driver_files

@@ -17,8 +17,8 @@ import urllib.request
 
 import pytest
 
-from framework.marathon.events import OVERFLOW
-from framework.marathon.service import FrameworkService
+from framework.http.events import OVERFLOW
+from framework.process.framework_process import FrameworkService
 from localcluster import fake_nvml
 from localcluster.gpu_node import GpuNode, layout_for_driver_files
 from localcluster.mesos import Agent, Master

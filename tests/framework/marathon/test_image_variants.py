@@ -24,7 +24,7 @@ from dataclasses import replace
 
 import pytest
 
-from framework.marathon.service import FrameworkService, default_scheduler_factory
+from framework.process.framework_process import FrameworkService, default_scheduler_factory
 from localcluster import fake_nvml
 from localcluster.gpu_node import GpuNode, layout_for_driver_files
 from localcluster.mesos import Agent, Master

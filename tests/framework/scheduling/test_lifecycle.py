@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from framework.marathon.service import FrameworkService
+from framework.process.framework_process import FrameworkService
 from isolator.api import CONTAINER_LABEL
 from localcluster import fake_nvml
 from localcluster.gpu_node import GpuNode, layout_for_driver_files

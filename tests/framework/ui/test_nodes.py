@@ -7,8 +7,8 @@ import json
 import pytest
 
 from framework.scheduling.agent_inventory import AgentInventory
-from framework.marathon.events import EventBus
-from framework.marathon.registry import Registry
+from framework.http.events import EventBus
+from framework.marathon.core.group_manager import Registry
 from framework.state.state_store import StateStore
 from framework.scheduling.task_record import TaskRecord
 from framework.tasks.task_spec import TaskSpec

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from framework.marathon.service import FrameworkService, default_scheduler_factory
+from framework.process.framework_process import FrameworkService, default_scheduler_factory
 from localcluster.mesos import Agent, Master
 from tests.framework.marathon.conftest import client_of, framework_args
 from tests.bed.waiting import wait_until

@@ -8,13 +8,13 @@ import pytest
 
 from framework.scheduling.agent_inventory import AgentInventory
 from framework.ha.leadership import SingleInstance
-from framework.marathon.api_context import ApiContext
-from framework.marathon.events import EventBus
-from framework.marathon.http_api import MarathonApi
-from framework.marathon.metrics import Metrics
-from framework.marathon.registry import Registry
-from framework.marathon.security import Authenticator, DockerPolicy
-from framework.marathon.server import serve
+from framework.marathon.api.context import ApiContext
+from framework.http.events import EventBus
+from framework.marathon.api.http_api import MarathonApi
+from framework.http.metrics import Metrics
+from framework.marathon.core.group_manager import Registry
+from framework.http.security import Authenticator, DockerPolicy
+from framework.http.server import serve
 from framework.state.state_store import StateStore
 from framework.ui import routes as ui
 from framework.ui.nodes import NodesView
