@@ -6,7 +6,7 @@ import stat
 import pytest
 
 from common.errors import UserError
-from tests.framework.marathon.conftest import client_of
+from tests.bed.framework_process import client_of
 
 
 def test_credentials_are_made_once_kept_and_required(start_framework, tmp_path):

@@ -31,7 +31,7 @@ from localcluster.mesos import Agent, Master
 from localcluster.registry import AMD64_LINUX, MEDIA_TYPES, Registry
 from tests.framework.e2e import sandbox_output
 from tests.isolator.discovery.test_platform_features import CPUINFO
-from tests.framework.marathon.conftest import client_of, framework_args
+from tests.bed.framework_process import client_of, framework_args
 from tests.bed.waiting import wait_until
 
 DRIVER = "nvidia-535-261"           # the driver version of the real 535 files the bed uses

@@ -9,18 +9,7 @@ import time
 
 import pytest
 
-
-def _error_line(r: subprocess.CompletedProcess, *names: str, after_log: bool = False) -> str:
-    assert r.returncode == 2, (r.stdout, r.stderr)
-    assert "Traceback" not in r.stderr
-    lines = r.stderr.strip().splitlines()
-    if after_log:               # a start that got as far as the store logs that first
-        assert all(" INFO: " in x for x in lines[:-1]), r.stderr
-        lines = lines[-1:]
-    assert len(lines) == 1, r.stderr
-    for name in names:
-        assert name in lines[0], lines[0]
-    return lines[0]
+from tests.bed.cli_errors import one_line_error as _error_line
 
 
 @pytest.mark.parametrize("extra, names", [

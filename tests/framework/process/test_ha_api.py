@@ -5,8 +5,6 @@ forward to the leader with Marathon's X-Marathon-Leader header), /v2/info and
 the leader abdicate and the next one take over as the same framework with the
 same task, /v2/events streams on every instance, a proxying loop is refused,
 and a leader cut off from ZooKeeper stops acting, steps down and rejoins."""
-import argparse
-import base64
 import json
 import socket
 import threading
@@ -15,52 +13,10 @@ import pytest
 
 from common.errors import UserError
 from framework.state import zk_codec
-from framework.process.framework_process import FrameworkService, add_arguments
+from framework.process.framework_process import FrameworkService
+from tests.bed.ha_services import AUTH, SESSION_MS, api, ha_args, leader_of, running
 from tests.bed.waiting import wait_until
-from tests.framework.marathon.http_client import Client
-
-CREDENTIALS = "ops:s3cret"
-AUTH = {"Authorization": "Basic " + base64.b64encode(CREDENTIALS.encode()).decode()}
-SESSION_MS = 2000
-
-
-def ha_args(master: str, zk_url: str, *extra: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    return parser.parse_args(["--master", master, "--zk", zk_url, "--http_port", "0",
-                              "--http_credentials", CREDENTIALS, "--refuse_seconds", "1",
-                              "--zk_session_timeout", str(SESSION_MS),
-                              "--gpu_scheduling_behavior", "unrestricted", *extra])
-
-
-@pytest.fixture
-def instances(cluster, zookeeper):
-    started = []
-
-    def start(count: int, *extra: str):
-        for _ in range(count):
-            started.append(FrameworkService(ha_args(cluster.address, zookeeper.url("/fw"),
-                                                    *extra)).start())
-        return started
-    yield start
-    for service in started:
-        service.stop()
-
-
-def api(service) -> Client:
-    return Client(service.http.url, dict(AUTH))
-
-
-def leader_of(services, timeout=20.0):
-    return wait_until(lambda: next((s for s in services if s.leadership.is_leader()
-                                  and s.api is not None), None), timeout, interval=0.05)
-
-
-def running(service, app_id):
-    reply = api(service).get(f"/v2/apps{app_id}/tasks")
-    tasks = reply.json["tasks"] if reply.status == 200 else []
-    return tasks if tasks and all(t["state"] == "TASK_RUNNING" for t in tasks) else None
-
+from tests.bed.http_client import Client
 
 class Events:
     """An SSE client of one instance, collecting event types in a thread."""

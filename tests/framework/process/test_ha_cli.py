@@ -12,9 +12,9 @@ import pytest
 from localcluster import processes
 from localcluster.zookeeper import ZooKeeper
 from tests.bed.zk import client
-from tests.framework.marathon.test_cli_errors import _error_line
-from tests.framework.marathon.test_ha_api import AUTH, CREDENTIALS
-from tests.framework.marathon.http_client import Client
+from tests.bed.cli_errors import one_line_error as _error_line
+from tests.bed.ha_services import AUTH, CREDENTIALS
+from tests.bed.http_client import Client
 
 
 @pytest.mark.parametrize("extra, names", [

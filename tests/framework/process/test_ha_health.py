@@ -1,11 +1,11 @@
 """Health checks with several framework instances on ZooKeeper
-(tests/framework/process/test_ha_api.py's bed): only the leader checks; the next leader
+(tests/bed/ha_services.py): only the leader checks; the next leader
 takes the results over from the state in ZooKeeper and checks on, killing
 nothing."""
 import time
 
 from tests.bed.waiting import wait_until
-from tests.framework.marathon.test_ha_api import api, instances, leader_of  # noqa: F401 (a fixture)
+from tests.bed.ha_services import api, leader_of
 
 FAST = {"gracePeriodSeconds": 0, "intervalSeconds": 1, "timeoutSeconds": 1,
         "maxConsecutiveFailures": 2, "delaySeconds": 0}

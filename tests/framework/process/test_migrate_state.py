@@ -12,10 +12,11 @@ import sys
 from kazoo.client import KazooClient
 
 from framework.process.framework_process import FrameworkService, add_arguments
-from tests.framework.marathon.conftest import client_of
+from tests.bed.framework_process import client_of
 from tests.bed.waiting import wait_until
-from tests.framework.marathon.test_ha_api import AUTH, CREDENTIALS, running
-from tests.framework.marathon.http_client import Client
+from tests.bed.ha_services import AUTH, CREDENTIALS, running
+from tests.bed.cli_errors import one_line_error
+from tests.bed.http_client import Client
 
 
 def migrate(state_dir, zk_url, *extra):
@@ -24,14 +25,9 @@ def migrate(state_dir, zk_url, *extra):
                           capture_output=True, text=True, timeout=120)
 
 
-def _error_line(r, *names, after_log=False):
+def _error_line(r, *names):
     """Exit 2, no traceback, the last line names what is wrong (logs may come first)."""
-    assert r.returncode == 2 and "Traceback" not in r.stderr, (r.stdout, r.stderr)
-    last = r.stderr.strip().splitlines()[-1]
-    assert last.startswith("mesos-gpu migrate-state: error: "), r.stderr
-    for name in names:
-        assert name in last, last
-    return last
+    return one_line_error(r, *names, after_log=True, prefix="mesos-gpu migrate-state: error: ")
 
 
 def ha_service(master, zk_url):

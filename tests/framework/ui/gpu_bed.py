@@ -24,7 +24,7 @@ from localcluster import fake_nvml
 from localcluster.gpu_node import GpuNode, layout_for_driver_files
 from localcluster.mesos import Agent, Master
 from localcluster.processes import free_port
-from tests.framework.marathon.conftest import client_of, framework_args
+from tests.bed.framework_process import client_of, framework_args
 
 NODES = {"v100-node": fake_nvml.v100x8, "k80-node": fake_nvml.k80}
 QUIET_SECONDS = 8             # the daemons' --health_quiet_period

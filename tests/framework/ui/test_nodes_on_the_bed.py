@@ -9,7 +9,7 @@ import pytest
 
 from framework.process.framework_process import FrameworkService, default_scheduler_factory
 from localcluster.mesos import Agent, Master
-from tests.framework.marathon.conftest import client_of, framework_args
+from tests.bed.framework_process import client_of, framework_args
 from tests.bed.waiting import wait_until
 
 DEAD_AGENT = {"MESOS_AGENT_PING_TIMEOUT": "1secs", "MESOS_MAX_AGENT_PING_TIMEOUTS": "2"}

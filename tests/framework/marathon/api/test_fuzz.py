@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from framework.marathon.state import path_ids as ids
 from framework.marathon.core.group_manager import APP, GROUP, PLAN
-from tests.framework.marathon.conftest import client_of
+from tests.bed.framework_process import client_of
 
 FUZZ = settings(max_examples=1500, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -112,7 +112,7 @@ requests = st.tuples(st.sampled_from(["GET", "POST", "PUT", "PATCH", "DELETE", "
 @pytest.fixture(scope="module")
 def service(cluster, tmp_path_factory):
     from framework.process.framework_process import FrameworkService
-    from tests.framework.marathon.conftest import framework_args
+    from tests.bed.framework_process import framework_args
     running = FrameworkService(framework_args(cluster.address, tmp_path_factory.mktemp("fuzz"))).start()
     assert running.scheduler.wait_subscribed(30)
     api = client_of(running)

@@ -3,7 +3,7 @@ GPU scheduler registered with a real local Mesos master (apps ask for no
 instances or cannot be placed, so no executor is needed; the bed test in
 test_groups_bed.py runs a group's tasks)."""
 
-from tests.framework.marathon.conftest import NEVER_PLACED, app, client_of
+from tests.bed.framework_process import NEVER_PLACED, app, client_of
 from tests.bed.waiting import wait_until
 
 

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from tests.framework.marathon.conftest import NEVER_PLACED, app, client_of
+from tests.bed.framework_process import NEVER_PLACED, app, client_of
 from tests.bed.waiting import wait_until
 
 

@@ -1,7 +1,7 @@
 """Every method + path of Marathon 1.10's published API (the RAML under
 `docs/docs/rest-api/public/api/` at v1.10.26: 57 pairs) answers, none with 404,
 none with 5xx but the 501 that refuses pods and plugin paths by name."""
-from tests.framework.marathon.conftest import client_of
+from tests.bed.framework_process import client_of
 from tests.bed.waiting import wait_until
 
 WAITING = {"cmd": "sleep 1000", "cpus": 0.1, "mem": 16, "instances": 1,

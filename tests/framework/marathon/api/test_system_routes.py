@@ -3,7 +3,7 @@ scheduler registered with a real local Mesos master)."""
 import logging
 import re
 
-from tests.framework.marathon.conftest import client_of
+from tests.bed.framework_process import client_of
 from tests.bed.waiting import wait_until
 
 

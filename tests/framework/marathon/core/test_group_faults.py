@@ -9,7 +9,7 @@ import sys
 import threading
 
 from tests.bed.waiting import wait_until
-from tests.framework.marathon.http_client import Client
+from tests.bed.http_client import Client
 
 WAITING = [["gpu_type", "IS", "no_such_gpu"]]
 

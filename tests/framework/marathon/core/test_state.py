@@ -15,7 +15,7 @@ from framework.scheduling.scheduler import GpuScheduler, SchedulerConfig
 from framework.tasks.taskinfo import ExecutorSettings
 from framework.scheduling.task_record import RECORD_KIND as TASK
 from framework.state.state_store import StateStore
-from tests.framework.marathon.conftest import NEVER_PLACED, client_of
+from tests.bed.framework_process import NEVER_PLACED, client_of
 from tests.bed.waiting import wait_until
 
 def test_restart_serves_the_same_apps_deployments_and_framework_id(start_framework, tmp_path,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.framework.marathon.conftest import client_of
+from tests.bed.framework_process import client_of
 
 
 def app(app_id):
