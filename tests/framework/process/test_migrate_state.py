@@ -27,7 +27,8 @@ def migrate(state_dir, zk_url, *extra):
 
 def _error_line(r, *names):
     """Exit 2, no traceback, the last line names what is wrong (logs may come first)."""
-    return one_line_error(r, *names, after_log=True, prefix="mesos-gpu migrate-state: error: ")
+    return one_line_error(r, *names, after_log=True, prefix="mesos-gpu migrate-state: error: ",
+                          log_levels=("INFO", "WARNING"))
 
 
 def ha_service(master, zk_url):
