@@ -4,9 +4,9 @@ Reading bodies: `ids` (path ids), `json_reader`, `validation` (Marathon's error
 bodies), `app_model` (app fields, defaults, rules, JSON out), `groups` (group
 bodies, the tree, dependencies), `security` (auth, body limits, host access).
 
-State and changes: `registry` (apps, groups, deployments, tasks in memory and
+State and changes: `group_manager` (apps, groups, deployments, tasks in memory and
 in the store), `versions`, `deployments` (plans in steps), `app_service` and
-`group_service` (the API's changes), `reconciler` (apps -> tasks, deployments
+`group_service` (the API's changes), `instance_keeper` (apps -> tasks, deployments
 moved along), `events` (SSE), `metrics`.
 
 HTTP: `routing` (requests, responses, the route table), one `api_*` module per

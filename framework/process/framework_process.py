@@ -20,7 +20,7 @@ import signal
 import socket
 import threading
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, List, Optional
 
 from framework.gpus import gpu_health
 from framework.process import scheduler_metrics
@@ -33,20 +33,17 @@ from framework.process.leader_api import LeaderApi
 from framework.http.leader_proxy import LeaderProxy
 from framework.marathon.api.context import ApiContext
 from framework.http.metrics import Metrics
+from framework.process import api_families
 from framework.http.events import EventBus
 from framework.marathon.api.http_api import VERSION, MarathonApi
 from framework.http.security import (CREDENTIALS_FILE, DEFAULT_MAX_BODY_BYTES, Authenticator,
                                          DockerPolicy)
-from framework.marathon.core.task_health import HealthMonitor
+from framework.marathon.core.task_health import TaskHealthMonitor
 from framework.marathon.core.readiness import ReadinessMonitor
-from framework.marathon.core.instance_keeper import Reconciler
-from framework.marathon.core.group_manager import Registry
+from framework.marathon.core.instance_keeper import InstanceKeeper
+from framework.marathon.core.group_manager import GroupManager
 from framework.http.server import MarathonHttpServer
 from framework.state.state_store import StateStore
-from framework.ui import routes as ui
-from framework.ui.gpu_details import gpu_details
-from framework.ui.nodes import NodesView
-from framework.ui.static_files import StaticFiles
 from framework.state.zk_codec import CorruptNode
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
@@ -174,8 +171,8 @@ def gpu_scheduling_behavior(value: str) -> str:
     return value
 
 
-class FrameworkService:
-    """Store + scheduler + registry and reconciler + HTTP server, started and stopped together."""
+class FrameworkProcess:
+    """Store + scheduler + group manager and instance keeper + HTTP server, started and stopped together."""
 
     def __init__(self, args: argparse.Namespace,
                  scheduler_factory: Optional[Callable[..., Any]] = None) -> None:
@@ -208,10 +205,11 @@ class FrameworkService:
         self.ha: Optional[HighAvailability] = None
         self.relay: Optional[EventRelay] = None
         self.scheduler: Any = None
-        self.registry: Optional[Registry] = None
-        self.reconciler: Optional[Reconciler] = None
-        self.health: Optional[HealthMonitor] = None
+        self.group_manager: Optional[GroupManager] = None
+        self.instance_keeper: Optional[InstanceKeeper] = None
+        self.task_health: Optional[TaskHealthMonitor] = None
         self.readiness: Optional[ReadinessMonitor] = None
+        self.loops: List[Any] = []     # the API families' loops, run while leading
         self.api: Optional[MarathonApi] = None
         self.fatal: Optional[str] = None     # why this instance must stop (a corrupt state)
         self._lock_fd: Optional[int] = None
@@ -260,12 +258,11 @@ class FrameworkService:
             raise
         self.started_at = format_timestamp()
 
-    def start(self) -> "FrameworkService":
+    def start(self) -> "FrameworkProcess":
         if self.ha is None:
             self.leadership.start()         # elected: the scheduler subscribes
-            self.reconciler.start()
-            self.health.start()
-            self.readiness.start()
+            for loop in self.loops:
+                loop.start()
             self.http.start()
         else:
             self.http.start()
@@ -286,29 +283,12 @@ class FrameworkService:
         return f"{host}:{port}"
 
     def _build_state_api(self) -> None:
-        """Scheduler, registry, reconciler and the API over the store's state."""
+        """The scheduler and every API family (api_families.py) over the store's state."""
         self.scheduler = self._factory(self.args, self.store)
         supervisor = getattr(self.scheduler, "supervisor", None)
         if supervisor is not None:      # no Mesos call, no (re)subscription unless leading
             supervisor.may_act = self.leadership.is_leader
-        self.registry = Registry(self.store, self.events)
-        self.health = HealthMonitor(self.registry, on_result=lambda healthy: (
-            scheduler_metrics.count_health_check(self.metrics, healthy)))
-        self.readiness = ReadinessMonitor(self.registry)
-        self.reconciler = Reconciler(self.registry, self.scheduler, self.leadership.is_leader,
-                                     default_user=self.args.mesos_user)
-        self.api = MarathonApi(ApiContext.build(self.registry, self.policy, self.info,
-                                                self.leadership, self.metrics))
-        self.api.context.gpu_health = getattr(self.scheduler, "gpu_health", None)
-        # beside /v2/info, not in it: Marathon clients (marathon-python) refuse keys of
-        # /v2/info they do not know
-        self.api.context.gpu_sharing = self.gpu_sharing
-        if self.api.context.gpu_health is not None:     # the dashboard follows GPU health live
-            self.api.context.gpu_health.on_change(
-                lambda agents: self.events.publish("gpu_health_changed_event", agentIds=agents))
-        ui.register(self.api.router, NodesView(self.registry, getattr(self.scheduler, "agents", None),
-                                               gpu_details(self.api.context.gpu_health)),
-                    StaticFiles())
+        self.api, self.loops = api_families.mount(self)
         # a leader's new scheduler replaces the last one's gauges; counters go on.
         # They read self.scheduler, cleared when this instance steps down: one
         # that does not lead reports no task counts of its past.
@@ -325,9 +305,8 @@ class FrameworkService:
                 raise
             self._build_state_api()
             self.scheduler.start()
-            self.reconciler.start()
-            self.health.start()
-            self.readiness.start()
+            for loop in self.loops:
+                loop.start()
             return
         if self.scheduler is not None and hasattr(self.scheduler, "start"):
             self.scheduler.start()
@@ -378,18 +357,15 @@ class FrameworkService:
         An instance of several also drops the state it loaded: the next leader
         may change it."""
         if self.ha is not None:
-            reconciler, scheduler = self.reconciler, self.scheduler
-            health, readiness = self.health, self.readiness
+            loops, scheduler = self.loops, self.scheduler
             self.api = None
-            for monitor in (readiness, health):
-                if monitor is not None:
-                    monitor.stop()
-            if reconciler is not None:
-                reconciler.stop()
+            for loop in reversed(loops):
+                loop.stop()
             if scheduler is not None:
                 scheduler.stop()
-            self.scheduler = self.registry = self.reconciler = None
-            self.health = self.readiness = None
+            self.scheduler = self.group_manager = self.instance_keeper = None
+            self.task_health = self.readiness = None
+            self.loops = []
             self.store.unload()
             return
         if self.scheduler is not None and hasattr(self.scheduler, "stop"):
@@ -399,13 +375,13 @@ class FrameworkService:
         metrics = Metrics()
         started = time.monotonic()
 
-        def locked(read: Callable[[Registry], float]) -> Callable[[], float]:
+        def locked(read: Callable[[GroupManager], float]) -> Callable[[], float]:
             def value() -> float:
-                registry = self.registry        # none on an instance that does not lead
-                if registry is None:
+                group_manager = self.group_manager        # none on an instance that does not lead
+                if group_manager is None:
                     return 0
-                with registry.lock:
-                    return read(registry)
+                with group_manager.lock:
+                    return read(group_manager)
             return value
 
         metrics.gauge("marathon.apps.active.gauge", locked(lambda r: len(r.apps)))
@@ -422,15 +398,14 @@ class FrameworkService:
         return metrics
 
     def stop(self) -> None:
-        log.info("stopping: HTTP server, reconciler, scheduler (failover: tasks keep running)")
+        log.info("stopping: HTTP server, instance keeper, scheduler (failover: tasks keep running)")
         self.http.stop()
         if self.ha is not None:
             self.relay.stop()
-            self.ha.stop()              # a leader steps down first: reconciler, scheduler stop
+            self.ha.stop()              # a leader steps down first: instance keeper, scheduler stop
             return
-        self.readiness.stop()
-        self.health.stop()
-        self.reconciler.stop()
+        for loop in reversed(self.loops):
+            loop.stop()
         if self.scheduler is not None and hasattr(self.scheduler, "stop"):
             try:
                 self.scheduler.stop()
@@ -532,7 +507,7 @@ def _default_registry_config() -> Optional[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    service = FrameworkService(args).start()
+    service = FrameworkProcess(args).start()
     done = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: done.set())

@@ -1,6 +1,6 @@
 """Several `mesos-gpu framework` instances on one ZooKeeper path (`--zk`), as
 Marathon runs: one leads (framework.ha.election), keeps the state in ZooKeeper
-(framework.state.zk_store), talks to Mesos and runs the reconciler; the others
+(framework.state.zk_store), talks to Mesos and runs the instance keeper; the others
 answer the API by forwarding to it (leader_proxy) and stream its events
 (event_relay).
 

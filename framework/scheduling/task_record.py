@@ -62,7 +62,7 @@ class TaskRecord:
     """What the framework knows of one task (copies are handed out).
 
     `app_version` and `config_version` say which version of its app launched
-    it (the API's reconciler replaces tasks of an older configuration);
+    it (the API's instance keeper replaces tasks of an older configuration);
     `staged_at` is when it was submitted, `started_at` when it first ran.
     """
     spec: TaskSpec

@@ -3,7 +3,7 @@ holds each one, for the dashboard's nodes view and for scripts.
 
 Read-only, built from what the framework already has: the agents seen in
 offers (framework.scheduling.agent_inventory: attributes, GPU count, every GPU UUID a
-task was granted there) and the live task records (the registry's, with
+task was granted there) and the live task records (the group manager's, with
 their granted GPU UUIDs). Nothing is invented: a free GPU whose UUID no task
 has reported is a tile without a UUID, and says so.
 
@@ -37,7 +37,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from framework.scheduling.agent_inventory import AgentInventory, AgentSeen
 from framework.tasks.constraints import REGION_FIELD, ZONE_FIELD
-from framework.marathon.core.group_manager import Registry
+from framework.marathon.core.group_manager import GroupManager
 from framework.scheduling.task_record import TaskRecord
 from framework.ui.gpu_details import GpuDetails
 from framework.tasks.timestamps import format_timestamp
@@ -71,9 +71,9 @@ def _split(text: Optional[str]) -> List[str]:
 
 
 class NodesView:
-    def __init__(self, registry: Registry, inventory: Optional[AgentInventory],
+    def __init__(self, group_manager: GroupManager, inventory: Optional[AgentInventory],
                  gpu_details: Optional[GpuDetails] = None) -> None:
-        self.registry = registry
+        self.group_manager = group_manager
         self.inventory = inventory or AgentInventory()
         self.gpu_details = gpu_details
         self._kept: Tuple[Any, bytes] = ((), b"")
@@ -81,12 +81,12 @@ class NodesView:
     def body(self) -> bytes:
         """The answer as JSON bytes, built again only when something changed."""
         details = self.gpu_details() if self.gpu_details else {}
-        with self.registry.lock:
-            key = (self.registry.generation, self.inventory.generation,
+        with self.group_manager.lock:
+            key = (self.group_manager.generation, self.inventory.generation,
                    json.dumps(details, sort_keys=True) if details else "")
             if self._kept[0] == key:
                 return self._kept[1]
-            tasks = [t for t in self.registry.tasks.values() if t.launched]
+            tasks = [t for t in self.group_manager.tasks.values() if t.launched]
         body = json.dumps(self.build(self.inventory.agents(), tasks, details),
                           separators=(",", ":")).encode()
         self._kept = (key, body)

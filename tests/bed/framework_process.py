@@ -5,7 +5,7 @@ start it on a real local Mesos cluster are in tests/framework/conftest.py.
 import argparse
 import base64
 
-from framework.process.framework_process import FrameworkService, add_arguments
+from framework.process.framework_process import FrameworkProcess, add_arguments
 from tests.bed.http_client import Client
 
 # a constraint no agent meets: the app's instances wait in the queue for ever
@@ -21,7 +21,7 @@ def framework_args(master: str, state_dir, *extra: str) -> argparse.Namespace:
                               "--http_port", "0", *extra])
 
 
-def client_of(service: FrameworkService, anonymous: bool = False, **headers) -> Client:
+def client_of(service: FrameworkProcess, anonymous: bool = False, **headers) -> Client:
     """A client of the service's API with its credentials (the ones it made in
     its state dir by default), unless `anonymous` or other ones are given."""
     if not anonymous and "Authorization" not in headers and service.auth.credentials:

@@ -1,4 +1,4 @@
-"""Several `mesos-gpu framework --zk` instances in this process (FrameworkService
+"""Several `mesos-gpu framework --zk` instances in this process (FrameworkProcess
 objects) on one ZooKeeper path: their flags (`ha_args`), (the `instances` fixture,
 tests/framework/conftest.py, starts them on the module's cluster), a client of one (`api`), the leader among them
 (`leader_of`). tests/bed/framework_instances.py runs them as processes instead."""

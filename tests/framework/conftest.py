@@ -8,7 +8,7 @@ from typing import Callable, Iterator, List
 
 import pytest
 
-from framework.process.framework_process import FrameworkService
+from framework.process.framework_process import FrameworkProcess
 from localcluster.mesos import LocalCluster
 from tests.bed.framework_process import GPU_AGENT, client_of, framework_args
 from tests.bed.ha_services import ha_args
@@ -22,11 +22,11 @@ def cluster() -> Iterator[LocalCluster]:
 
 
 @pytest.fixture
-def start_framework(cluster) -> Iterator[Callable[..., FrameworkService]]:
-    started: List[FrameworkService] = []
+def start_framework(cluster) -> Iterator[Callable[..., FrameworkProcess]]:
+    started: List[FrameworkProcess] = []
 
-    def start(state_dir, *extra: str) -> FrameworkService:
-        service = FrameworkService(framework_args(cluster.address, state_dir, *extra)).start()
+    def start(state_dir, *extra: str) -> FrameworkProcess:
+        service = FrameworkProcess(framework_args(cluster.address, state_dir, *extra)).start()
         started.append(service)
         assert service.scheduler.wait_subscribed(30), "the scheduler did not subscribe"
         return service
@@ -49,7 +49,7 @@ def instances(cluster, zookeeper):
 
     def start(count: int, *extra: str):
         for _ in range(count):
-            started.append(FrameworkService(ha_args(cluster.address, zookeeper.url("/fw"),
+            started.append(FrameworkProcess(ha_args(cluster.address, zookeeper.url("/fw"),
                                                     *extra)).start())
         return started
     yield start

@@ -4,7 +4,7 @@ and the last failure, as `?embed=` asks; and whole listings, fast.
 Listing 1,000 apps is mostly turning dicts into JSON text. The text of each
 app's definition is kept per stored version (a new version is a new dict), with
 its status when nothing happens to it; a whole answer is kept, with the part of
-each app, and the registry's log of changes says what to write again: nothing
+each app, and the group manager's log of changes says what to write again: nothing
 for a dashboard polling `GET /v2/apps` or `GET /v2/groups` between changes, the
 few apps whose tasks moved when only they did, everything when definitions or
 groups changed.
@@ -13,7 +13,7 @@ import json
 from typing import Callable, Dict, List, Optional, Tuple, Union
 
 from framework.marathon.state import app_model
-from framework.marathon.core.group_manager import Registry
+from framework.marathon.core.group_manager import GroupManager
 from framework.marathon.api.task_json import task_json
 from framework.scheduling.task_record import TaskRecord
 
@@ -32,34 +32,34 @@ def compact(value) -> str:
 
 
 class AppView:
-    def __init__(self, registry: Registry) -> None:
-        self.registry = registry
+    def __init__(self, group_manager: GroupManager) -> None:
+        self.group_manager = group_manager
         # by app id: (the stored app, its JSON text, the text ready for more
         # fields, the same as bytes, {idle status: the whole app as bytes})
         self._texts: Dict[str, Tuple[dict, str, str, bytes, Dict[str, bytes]]] = {}
         self._answers: Dict[tuple, _Answer] = {}
 
-    # -- one app (callers hold the registry's lock) ------------------------------------
+    # -- one app (callers hold the group manager's lock) ------------------------------------
     def task_json(self, task: TaskRecord, with_gpus: bool) -> dict:
-        app = self.registry.apps.get(task.app_id) or {}
-        health = self.registry.health
+        app = self.group_manager.apps.get(task.app_id) or {}
+        health = self.group_manager.task_health
         results = health.results_json(task) if health is not None else []
         return task_json(task, app_model.service_ports(app), with_gpus, results)
 
     def status(self, app: dict, embeds: set, with_gpus: bool, index=None) -> dict:
         """Counts, deployments and (when embedded) tasks and the last failure."""
-        plans, tasks = index or self.registry.by_app()
+        plans, tasks = index or self.group_manager.by_app()
         app_tasks = tasks.get(app["id"], [])
-        out = self.registry.counts(app_tasks)
+        out = self.group_manager.counts(app_tasks)
         out["deployments"] = [{"id": i} for i in plans.get(app["id"], [])]
         if embeds & TASK_EMBEDS:
             out["tasks"] = [self.task_json(t, with_gpus) for t in app_tasks]
         if embeds & FAILURE_EMBEDS:
-            failure = self.registry.last_failure.get(app["id"])
+            failure = self.group_manager.last_failure.get(app["id"])
             if failure:
                 out["lastTaskFailure"] = failure
-        if "readiness" in embeds and self.registry.readiness is not None:
-            out["readinessCheckResults"] = self.registry.readiness.results_for(app["id"])
+        if "readiness" in embeds and self.group_manager.readiness is not None:
+            out["readinessCheckResults"] = self.group_manager.readiness.results_for(app["id"])
         return out
 
     def app_json(self, app: dict, embeds: set, with_gpus: bool = False, index=None) -> dict:
@@ -99,7 +99,7 @@ class AppView:
         plans, tasks = index
         app_id = app["id"]
         if app_id not in plans and app_id not in tasks and (
-                not embeds & FAILURE_EMBEDS or app_id not in self.registry.last_failure):
+                not embeds & FAILURE_EMBEDS or app_id not in self.group_manager.last_failure):
             return IDLE_WITH_TASKS if embeds & TASK_EMBEDS else IDLE
         return compact(self.status(app, embeds, with_gpus, index))[1:]
 
@@ -107,17 +107,17 @@ class AppView:
     def answer(self, key: tuple, build: Callable[[], Union[str, bytes]],
                shows_status: bool = True) -> bytes:
         """The answer for `key` (the route and its query), built again only
-        when the registry changed something it shows (callers hold the lock);
+        when the group manager changed something it shows (callers hold the lock);
         `shows_status`: it shows apps' tasks, deployments or failures."""
         kept = self._answers.get(key)
         if kept is not None:
-            changed = self.registry.changed_since(kept.generation)
+            changed = self.group_manager.changed_since(kept.generation)
             if changed is not None and (not changed or not shows_status):
-                kept.generation = self.registry.generation
+                kept.generation = self.group_manager.generation
                 return kept.body
         built = build()
         body = built.encode() if isinstance(built, str) else built
-        self._keep(key, _Answer(self.registry.generation, body))
+        self._keep(key, _Answer(self.group_manager.generation, body))
         return body
 
     def answer_list(self, key: tuple, select: Callable[[], List[dict]], embeds: set,
@@ -125,26 +125,26 @@ class AppView:
         """`wrap[0]` + the JSON array of the apps `select()` gives + `wrap[1]`;
         when only some apps' status changed since the answer was built, just
         their texts are written again."""
-        registry = self.registry
+        group_manager = self.group_manager
         kept = self._answers.get(key)
         if kept is not None and kept.parts is not None:
-            changed = registry.changed_since(kept.generation)
+            changed = group_manager.changed_since(kept.generation)
             if changed is not None:
                 if changed:
-                    index = registry.by_app()
+                    index = group_manager.by_app()
                     for app_id in changed & kept.positions.keys():
-                        app = registry.apps[app_id]
+                        app = group_manager.apps[app_id]
                         kept.parts[kept.positions[app_id]] = self._app_bytes(
                             app, embeds, with_gpus, index)
                     kept.body = b"".join((wrap[0], b"[", b",".join(kept.parts), b"]", wrap[1]))
-                kept.generation = registry.generation
+                kept.generation = group_manager.generation
                 return kept.body
-        live = registry.apps
+        live = group_manager.apps
         if len(self._texts) > len(live) + 64:      # forget the texts of removed apps
             self._texts = {i: t for i, t in self._texts.items() if i in live}
         apps = select()
         parts = self._list_parts(apps, embeds, with_gpus)
-        answer = _Answer(registry.generation,
+        answer = _Answer(group_manager.generation,
                          b"".join((wrap[0], b"[", b",".join(parts), b"]", wrap[1])),
                          parts, {a["id"]: i for i, a in enumerate(apps)})
         self._keep(key, answer)
@@ -161,7 +161,7 @@ class AppView:
         return b"[" + b",".join(self._list_parts(apps, embeds, with_gpus)) + b"]"
 
     def _list_parts(self, apps: List[dict], embeds: Optional[set], with_gpus: bool) -> List[bytes]:
-        index = self.registry.by_app()
+        index = self.group_manager.by_app()
         return [self._app_bytes(app, embeds, with_gpus, index) for app in apps]
 
     def _app_bytes(self, app: dict, embeds: Optional[set], with_gpus: bool, index) -> bytes:
@@ -175,7 +175,7 @@ class AppView:
         plans, tasks = index
         app_id = app["id"]
         if app_id in plans or app_id in tasks or (
-                embeds & FAILURE_EMBEDS and app_id in self.registry.last_failure):
+                embeds & FAILURE_EMBEDS and app_id in self.group_manager.last_failure):
             return (cached[2] + self._status_text(app, embeds, with_gpus, index)).encode()
         idle = IDLE_WITH_TASKS if embeds & TASK_EMBEDS else IDLE
         whole = cached[4].get(idle)

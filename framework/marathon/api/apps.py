@@ -34,7 +34,7 @@ def deployment(plan: dict, status: int = 200) -> Response:
 class AppsResource:
     def __init__(self, api: ApiContext) -> None:
         self.api = api
-        self.registry = api.registry
+        self.group_manager = api.group_manager
         self.service = api.apps
 
     # -- reading bodies -----------------------------------------------------------------
@@ -47,7 +47,7 @@ class AppsResource:
     def _merged(self, raw: Any, app_id: str, partial: bool, allow_create: bool,
                 v: Violations, where: str) -> Optional[dict]:
         """An update body as a whole app (merged into the stored one when partial)."""
-        existing = self.registry.apps.get(app_id)
+        existing = self.group_manager.apps.get(app_id)
         if existing is None and not allow_create:
             raise app_not_found(app_id)
         if existing is not None and partial:
@@ -61,7 +61,7 @@ class AppsResource:
     def create(self, r: Request) -> Response:
         app = self._read(parse_body(r.body))
         app, plan = self.service.create(app, r.flag("force"))
-        with self.registry.lock:
+        with self.group_manager.lock:
             body = self.api.view.app_json(app, set())
         body.update(tasksStaged=0, tasksRunning=0, tasksHealthy=0, tasksUnhealthy=0,
                     deployments=[{"id": plan["id"]}])
@@ -81,7 +81,7 @@ class AppsResource:
         raw = parse_body(r.body)
         if isinstance(raw, dict) and raw.get("version") is not None:
             return self._rollback(r, app_id, raw)
-        with self.registry.lock:
+        with self.group_manager.lock:
             v = Violations()
             app = self._merged(raw, app_id, partial, allow_create, v, "/")
             v.raise_if_any()
@@ -111,7 +111,7 @@ class AppsResource:
             raise ApiError(422, {"message": "Invalid JSON", "details": [
                 {"path": "/", "errors": ["error.expected.jsarray"]}]})
         v = Violations()
-        with self.registry.lock:
+        with self.group_manager.lock:
             apps: List[dict] = []
             seen = set()
             for i, item in enumerate(raw):
@@ -151,9 +151,9 @@ class AppsResource:
         cmd, wanted_id, label = r.text("cmd"), r.text("id"), r.text("label")
         selector = label_selector(label) if label else None
         key = ("apps", tuple(sorted(embeds)), cmd, wanted_id, label, r.flag("gpus"))
-        with self.registry.lock:
+        with self.group_manager.lock:
             def select() -> list:
-                apps = list(self.registry.apps.values())
+                apps = list(self.group_manager.apps.values())
                 if cmd:
                     apps = [a for a in apps if cmd.lower() in (a.get("cmd") or "").lower()]
                 if wanted_id:
@@ -167,8 +167,8 @@ class AppsResource:
 
     def show(self, r: Request, app_id: str) -> Response:
         app_id = ids.canonical(app_id)
-        with self.registry.lock:
-            app = self.registry.app(app_id)
+        with self.group_manager.lock:
+            app = self.group_manager.app(app_id)
             embeds = r.embeds() | {"tasks", "lastTaskFailure"}
             return Response(200, {"app": self.api.view.app_json(app, embeds, r.flag("gpus"))})
 
@@ -182,9 +182,9 @@ class AppsResource:
     # -- tasks ------------------------------------------------------------------------------
     def tasks(self, r: Request, app_id: str) -> Response:
         app_id = ids.canonical(app_id)
-        with self.registry.lock:
-            self.registry.app(app_id)
-            tasks = self.registry.live_tasks(app_id)
+        with self.group_manager.lock:
+            self.group_manager.app(app_id)
+            tasks = self.group_manager.live_tasks(app_id)
             return Response(200, {"tasks": [self.api.view.task_json(t, r.flag("gpus"))
                                             for t in tasks]})
 
@@ -194,7 +194,7 @@ class AppsResource:
                                             r.flag("force"))
         if plan is not None:
             return deployment(plan)
-        with self.registry.lock:
+        with self.group_manager.lock:
             return Response(200, {"task": self.api.view.task_json(task, r.flag("gpus"))})
 
     def kill_tasks(self, r: Request, app_id: str) -> Response:
@@ -203,7 +203,7 @@ class AppsResource:
                                               r.flag("scale"), r.flag("force"))
         if plan is not None:
             return deployment(plan)
-        with self.registry.lock:
+        with self.group_manager.lock:
             return Response(200, {"tasks": [self.api.view.task_json(t, r.flag("gpus"))
                                             for t in tasks]})
 

@@ -3,19 +3,19 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from framework.ha.leadership import Leadership
-from framework.marathon.core.app_changes import AppService
+from framework.marathon.core.app_changes import AppChanges
 from framework.marathon.api.app_view import AppView
-from framework.marathon.core.group_changes import GroupService
+from framework.marathon.core.group_changes import GroupChanges
 from framework.http.metrics import Metrics
-from framework.marathon.core.group_manager import Registry
+from framework.marathon.core.group_manager import GroupManager
 from framework.http.security import DockerPolicy
 
 
 @dataclass
 class ApiContext:
-    registry: Registry
-    apps: AppService
-    groups: GroupService
+    group_manager: GroupManager
+    apps: AppChanges
+    groups: GroupChanges
     view: AppView
     policy: DockerPolicy
     info: Callable[[], dict]          # GET /v2/info
@@ -25,8 +25,8 @@ class ApiContext:
     gpu_sharing: Any = None           # () -> dict: GET /v2/info/gpu_sharing (fractional GPUs)
 
     @classmethod
-    def build(cls, registry: Registry, policy: DockerPolicy, info: Callable[[], dict],
+    def build(cls, group_manager: GroupManager, policy: DockerPolicy, info: Callable[[], dict],
               leadership: Leadership, metrics: Metrics) -> "ApiContext":
-        apps = AppService(registry)
-        return cls(registry, apps, GroupService(registry, apps), AppView(registry), policy, info,
+        apps = AppChanges(group_manager)
+        return cls(group_manager, apps, GroupChanges(group_manager, apps), AppView(group_manager), policy, info,
                    leadership, metrics)

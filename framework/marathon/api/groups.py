@@ -35,7 +35,7 @@ def register(router: Router, api: ApiContext) -> None:
 class GroupsResource:
     def __init__(self, api: ApiContext) -> None:
         self.api = api
-        self.registry = api.registry
+        self.group_manager = api.group_manager
         self.service = api.groups
 
     def _read(self, r: Request, base: str) -> groups.Update:
@@ -92,8 +92,8 @@ class GroupsResource:
             if enforce:
                 v.rule("/enforceRole", "enforceRole is not supported by this framework "
                                        "(its tasks run in the framework's role)")
-        with self.registry.lock:
-            self.registry.group(target)
+        with self.group_manager.lock:
+            self.group_manager.group(target)
         if groups.parent(target) != groups.ROOT or target == groups.ROOT:
             v.rule("/", "Path needs to be top-level")
         v.raise_if_any()
@@ -113,10 +113,10 @@ class GroupsResource:
         group_embeds, app_embeds = self._embeds(r)
         key = ("groups", target, tuple(sorted(group_embeds)),
                tuple(sorted(app_embeds or ())), r.flag("gpus"))
-        with self.registry.lock:
-            self.registry.group(target)
+        with self.group_manager.lock:
+            self.group_manager.group(target)
             body = self.api.view.answer(key, lambda: self._group_text(
-                target, self.registry.tree(), group_embeds, app_embeds, r.flag("gpus")),
+                target, self.group_manager.tree(), group_embeds, app_embeds, r.flag("gpus")),
                 shows_status=bool(app_embeds))
         return Response(200, body, {"Content-Type": "application/json"})
 
@@ -124,7 +124,7 @@ class GroupsResource:
                     app_embeds: Optional[set], with_gpus: bool) -> bytes:
         """GroupInfo as text, each app's definition from the view's cache."""
         apps, all_groups = tree
-        index = self.registry.by_app() if app_embeds else None
+        index = self.group_manager.by_app() if app_embeds else None
         children: dict = {}
         for app_id in apps:
             children.setdefault(groups.parent(app_id), ([], []))[0].append(app_id)
@@ -183,10 +183,10 @@ class GroupsResource:
 
     def apps(self, r: Request, group_id: str) -> Response:
         target = self._base(group_id)
-        with self.registry.lock:
-            self.registry.group(target)
-            apps = [a for i, a in sorted(self.registry.apps.items()) if groups.is_below(i, target)]
-            index = self.registry.by_app()
+        with self.group_manager.lock:
+            self.group_manager.group(target)
+            apps = [a for i, a in sorted(self.group_manager.apps.items()) if groups.is_below(i, target)]
+            index = self.group_manager.by_app()
             return Response(200, {"apps": [self.api.view.app_json(a, set(), index=index)
                                            for a in apps]})
 

@@ -22,13 +22,13 @@ def register(router: Router, api: ApiContext) -> None:
 class TasksResource:
     def __init__(self, api: ApiContext) -> None:
         self.api = api
-        self.registry = api.registry
+        self.group_manager = api.group_manager
 
     def list(self, r: Request) -> Response:
         states = {s.strip().upper().removeprefix("TASK_") for key in ("status", "status[]")
                   for v in r.query.get(key, ()) for s in v.split(",") if s.strip()}
-        with self.registry.lock:
-            tasks = self.registry.live_tasks()
+        with self.group_manager.lock:
+            tasks = self.group_manager.live_tasks()
             if states:
                 tasks = [t for t in tasks if t.state.removeprefix("TASK_") in states]
             return Response(200, {"tasks": [self.api.view.task_json(t, r.flag("gpus"))
@@ -48,11 +48,11 @@ class TasksResource:
         return Response(200, {})
 
     def deployments(self, r: Request) -> Response:
-        with self.registry.lock:
-            readiness = self.registry.readiness
-            return Response(200, [deployments.to_json(p, self.registry.progress.get(p["id"], 0),
+        with self.group_manager.lock:
+            readiness = self.group_manager.readiness
+            return Response(200, [deployments.to_json(p, self.group_manager.progress.get(p["id"], 0),
                                                       readiness and readiness.results_for)
-                                  for p in self.registry.plans.values()])
+                                  for p in self.group_manager.plans.values()])
 
     def cancel(self, r: Request, plan_id: str) -> Response:
         rollback = self.api.apps.cancel(plan_id, r.flag("force"))
@@ -62,13 +62,13 @@ class TasksResource:
 
     def queue(self, r: Request) -> Response:
         items = []
-        with self.registry.lock:
-            queued = self.registry.queued()
-            now = self.registry.clock()
+        with self.group_manager.lock:
+            queued = self.group_manager.queued()
+            now = self.group_manager.clock()
             for app, count, backoff in queued:
                 left = max(0.0, backoff.until - now)
                 summary = {"processedOffersCount": 0, "unusedOffersCount": 0}
-                reason = self.registry.waiting_reason(app["id"])
+                reason = self.group_manager.waiting_reason(app["id"])
                 if reason:      # inside the summary: strict clients build objects from the item
                     summary["waitingReason"] = reason
                 items.append({"app": app_model.to_json(app), "count": count,

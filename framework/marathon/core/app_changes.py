@@ -1,15 +1,15 @@
 """The API's changes to apps, their tasks and deployments.
 
-Each operation takes the registry's lock, checks everything first (the app
+Each operation takes the group manager's lock, checks everything first (the app
 exists, no deployment locks it unless forced), then commits one store
-transaction; the reconciler (framework.marathon.core.instance_keeper) carries the change
+transaction; the instance keeper (framework.marathon.core.instance_keeper) carries the change
 out. Nothing here talks to the scheduler.
 """
 from typing import Dict, List, Optional, Tuple
 
 from framework.marathon.state import app_model
 from framework.marathon.core.deployments import only_scaling
-from framework.marathon.core.group_manager import Registry
+from framework.marathon.core.group_manager import GroupManager
 from framework.http.validation import message, task_not_found
 from framework.scheduling.task_record import TaskRecord
 
@@ -20,13 +20,13 @@ def old_service_ports(app: Optional[dict]) -> List[int]:
     return app_model.service_ports(app) if app else []
 
 
-class AppService:
-    def __init__(self, registry: Registry) -> None:
-        self.registry = registry
+class AppChanges:
+    def __init__(self, group_manager: GroupManager) -> None:
+        self.group_manager = group_manager
 
     # -- apps -----------------------------------------------------------------------
     def create(self, app: dict, force: bool) -> Tuple[dict, dict]:
-        r = self.registry
+        r = self.group_manager
         with r.lock:
             app_id = app["id"]
             if app_id in r.apps:
@@ -43,7 +43,7 @@ class AppService:
 
     def update_many(self, apps: List[dict], force: bool) -> Tuple[dict, List[bool]]:
         """Replace (or create) several apps as one deployment (PUT/PATCH /v2/apps)."""
-        r = self.registry
+        r = self.group_manager
         with r.lock:
             now = r.now()
             changes: Dict[str, Optional[dict]] = {}
@@ -55,7 +55,7 @@ class AppService:
 
     def rollback(self, app_id: str, version: str, force: bool) -> dict:
         """PUT /v2/apps/{id} with {"version": ...}: the app as it was then."""
-        r = self.registry
+        r = self.group_manager
         with r.lock:
             current = r.app(app_id)
             stored = r.history.app_at(app_id, version)
@@ -66,13 +66,13 @@ class AppService:
             return r.change({app_id: self.versioned(app, current, now)}, {}, now, force)
 
     def delete(self, app_id: str, force: bool) -> dict:
-        r = self.registry
+        r = self.group_manager
         with r.lock:
             r.app(app_id)
             return r.change({app_id: None}, {}, r.now(), force)
 
     def restart(self, app_id: str, force: bool) -> dict:
-        r = self.registry
+        r = self.group_manager
         with r.lock:
             old = r.app(app_id)
             now = r.now()
@@ -80,21 +80,21 @@ class AppService:
             return r.change({app_id: app}, {}, now, force, restart=[app_id])
 
     def scale_by(self, app_id: str, delta: int, force: bool) -> dict:
-        with self.registry.lock:
-            old = self.registry.app(app_id)
+        with self.group_manager.lock:
+            old = self.group_manager.app(app_id)
             app = dict(old, instances=max(0, old["instances"] + delta))
             plan, _ = self.update(app_id, app, force)
             return plan
 
     def versions(self, app_id: str) -> List[str]:
-        with self.registry.lock:
-            self.registry.app(app_id)
-            return self.registry.history.app_versions(app_id)
+        with self.group_manager.lock:
+            self.group_manager.app(app_id)
+            return self.group_manager.history.app_versions(app_id)
 
     def at_version(self, app_id: str, version: str) -> dict:
-        with self.registry.lock:
-            self.registry.app(app_id)
-            app = self.registry.history.app_at(app_id, version)
+        with self.group_manager.lock:
+            self.group_manager.app(app_id)
+            app = self.group_manager.history.app_at(app_id, version)
         if app is None:
             raise message(404, f"App '{app_id}' does not exist in version {version}")
         return app
@@ -124,7 +124,7 @@ class AppService:
         """Service port 0 (a port definition's `port`, a port mapping's missing or
         0 `servicePort`) gets a free one (10000-20000), kept across updates; the
         ports given are added to `taken`."""
-        used = {port for port, owner in self.registry.port_owners.items()
+        used = {port for port, owner in self.group_manager.port_owners.items()
                 if owner != app_id} | taken
         out, candidate = [], SERVICE_PORT_MIN
         for i, definition in enumerate(ports):
@@ -144,7 +144,7 @@ class AppService:
     # -- deployments ------------------------------------------------------------------
     def cancel(self, plan_id: str, force: bool) -> Optional[dict]:
         """Stop a deployment; without force roll its changes back (returns that plan)."""
-        r = self.registry
+        r = self.group_manager
         with r.lock:
             plan = r.plans.get(plan_id)
             if plan is None:
@@ -164,7 +164,7 @@ class AppService:
             return r.change(apps, dict(plan["groupsBefore"]), now, force=True)
 
     def reset_delay(self, app_id: str) -> None:
-        r = self.registry
+        r = self.group_manager
         with r.lock:
             r.app(app_id)
             r.backoff.pop(app_id, None)
@@ -173,7 +173,7 @@ class AppService:
     # -- tasks ------------------------------------------------------------------------
     def kill_task(self, app_id: str, task_id: str, scale: bool,
                   force: bool) -> Tuple[TaskRecord, Optional[dict]]:
-        r = self.registry
+        r = self.group_manager
         with r.lock:
             r.app(app_id)
             task = r.tasks.get(task_id)
@@ -185,7 +185,7 @@ class AppService:
 
     def kill_tasks(self, app_id: str, host: Optional[str], scale: bool,
                    force: bool) -> Tuple[List[TaskRecord], Optional[dict]]:
-        r = self.registry
+        r = self.group_manager
         with r.lock:
             r.app(app_id)
             chosen = [t for t in r.live_tasks(app_id)
@@ -198,7 +198,7 @@ class AppService:
     def kill_many(self, task_ids: List[str], scale: bool, force: bool) -> Optional[dict]:
         """POST /v2/tasks/delete: all ids checked first; with scale one deployment
         scaling each app down. Returns that plan (scale) or None."""
-        r = self.registry
+        r = self.group_manager
         with r.lock:
             tasks = []
             for task_id in task_ids:

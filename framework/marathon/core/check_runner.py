@@ -1,6 +1,6 @@
 """What the framework's own checks (health, readiness) share: a thread that
 looks, a few times a second, which checks are due (`due_jobs`, under the
-registry's lock), and a small pool of threads that runs them (each a probe
+group_manager's lock), and a small pool of threads that runs them (each a probe
 over the network that may take up to its timeout)."""
 import logging
 import threading

@@ -10,18 +10,18 @@ from typing import Dict, List, Optional, Tuple
 
 from framework.marathon.core import deployments
 from framework.marathon.state import groups
-from framework.marathon.core.app_changes import AppService
-from framework.marathon.core.group_manager import Registry
+from framework.marathon.core.app_changes import AppChanges
+from framework.marathon.core.group_manager import GroupManager
 from framework.http.validation import Violations, message
 
 
-class GroupService:
-    def __init__(self, registry: Registry, apps: AppService) -> None:
-        self.registry = registry
+class GroupChanges:
+    def __init__(self, group_manager: GroupManager, apps: AppChanges) -> None:
+        self.group_manager = group_manager
         self.apps = apps
 
     def create(self, update: groups.Update, force: bool) -> dict:
-        r = self.registry
+        r = self.group_manager
         with r.lock:
             if update.id in r.groups:
                 raise message(409, f"Group {update.id} is already created. "
@@ -32,7 +32,7 @@ class GroupService:
 
     def update(self, update: groups.Update, force: bool, dry_run: bool = False) -> dict:
         """PUT: change (or create) the group. `dry_run`: the plan, not deployed."""
-        r = self.registry
+        r = self.group_manager
         with r.lock:
             if dry_run:
                 apps, _, now, target = self._target(update)
@@ -41,7 +41,7 @@ class GroupService:
             return self._update(update, force)
 
     def delete(self, group_id: str, force: bool) -> dict:
-        r = self.registry
+        r = self.group_manager
         with r.lock:
             r.group(group_id)
             now = r.now()
@@ -54,14 +54,14 @@ class GroupService:
             return r.change(apps, removed, now, force)
 
     def versions(self, group_id: str) -> List[str]:
-        with self.registry.lock:
-            self.registry.group(group_id)
-            return self.registry.history.group_versions(group_id)
+        with self.group_manager.lock:
+            self.group_manager.group(group_id)
+            return self.group_manager.history.group_versions(group_id)
 
     def at_version(self, group_id: str, version: str) -> groups.Tree:
-        with self.registry.lock:
-            self.registry.group(group_id)
-            tree = self.registry.history.group_at(group_id, version)
+        with self.group_manager.lock:
+            self.group_manager.group(group_id)
+            tree = self.group_manager.history.group_at(group_id, version)
         if tree is None:
             raise group_not_in_version(group_id, version)
         return tree
@@ -69,13 +69,13 @@ class GroupService:
     # -- applying a body --------------------------------------------------------------
     def _update(self, update: groups.Update, force: bool) -> dict:
         apps, changed_groups, now, _ = self._target(update)
-        return self.registry.change(apps, changed_groups, now, force)
+        return self.group_manager.change(apps, changed_groups, now, force)
 
     def _target(self, update: groups.Update) -> Tuple[Dict[str, Optional[dict]],
                                                       Dict[str, Optional[dict]], str, groups.Tree]:
         """The apps and groups `update` changes (None: removed), the new
         version, and the whole tree after it."""
-        r = self.registry
+        r = self.group_manager
         now = r.now()
         current = r.tree()
         if update.version is not None:
@@ -112,7 +112,7 @@ class GroupService:
         return apps, changed_groups, now, target
 
     def _rolled_back(self, update: groups.Update, current: groups.Tree) -> groups.Tree:
-        r = self.registry
+        r = self.group_manager
         r.group(update.id)
         old = r.history.group_at(update.id, update.version)
         if old is None:

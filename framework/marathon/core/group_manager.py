@@ -6,9 +6,9 @@ The API's services (app_service, group_service) describe a change as the apps
 and groups it sets or removes; `change` checks it against the whole tree
 (no app where a group is, no dependency cycle) and the running deployments
 (409 unless forced), then writes it, its versions and its deployment in one
-store transaction before it shows in memory. The reconciler folds task updates
+store transaction before it shows in memory. The instance keeper folds task updates
 in and moves deployments along. Task records are the scheduler's (stored by
-it, once); the registry keeps copies to answer from.
+it, once); the group manager keeps copies to answer from.
 """
 import logging
 import threading
@@ -42,7 +42,7 @@ class Backoff:
     since: str = field(default_factory=format_timestamp)
 
 
-class Registry:
+class GroupManager:
     def __init__(self, store: SchedulerStore, events: EventBus,
                  clock: Callable[[], float] = time.time, max_versions: int = MAX_VERSIONS) -> None:
         self.store = store
@@ -68,7 +68,7 @@ class Registry:
         self.last_failure: Dict[str, dict] = {}
         self.progress: Dict[str, int] = {}          # plan id -> its current step (from 0)
         self.held: Set[str] = set()                 # apps waiting for an earlier step
-        self.health = None     # the tasks' health (framework.marathon.core.task_health), once made
+        self.task_health = None     # the tasks' health (framework.marathon.core.task_health), once made
         self.readiness = None  # readiness checks of deployments (framework.marathon.core.readiness)
         # Bumped by every change an answer may show (the listing cache's key),
         # with what changed in a short log (framework.marathon.api.app_view).
@@ -80,7 +80,7 @@ class Registry:
                  len(self.plans))
 
     def on_change(self, wake: Callable[[], None]) -> None:
-        """`wake()` is called after every change that may need the reconciler."""
+        """`wake()` is called after every change that may need the instance keeper."""
         self._wake = wake
 
     def wake(self) -> None:
@@ -154,9 +154,9 @@ class Registry:
 
     def counts(self, tasks: List[TaskRecord]) -> Dict[str, int]:
         healthy = unhealthy = 0
-        if self.health is not None:
+        if self.task_health is not None:
             for task in tasks:
-                verdict = self.health.healthy(task) if task.state == RUNNING else None
+                verdict = self.task_health.healthy(task) if task.state == RUNNING else None
                 healthy += verdict is True
                 unhealthy += verdict is False
         return {"tasksStaged": sum(1 for t in tasks if t.state != RUNNING),
@@ -204,7 +204,39 @@ class Registry:
         The groups on the way to each app and group are created, and every group
         above a change gets `version`. `posted`: the app definitions a client
         sent (an `api_post_event` each, before the deployment's event). Returns
-        the plan."""
+        the plan. Nothing is written or shown unless every check passes."""
+        new_apps, new_groups, touched, added_below = self._edit_tree(apps, group_changes, version)
+        self._check_tree(new_apps, new_groups, apps, group_changes, added_below)
+        replaced = self.locking(set(apps))
+        if replaced and not force:
+            raise app_locked(replaced)
+        original = {i: self.apps.get(i) for i in apps}
+        structural = (new_groups.keys() ^ self.groups.keys()) | set(group_changes)
+        plan = deployments.new_plan(
+            version, original, dict(apps), groups.dependency_layers((new_apps, new_groups)),
+            {g: self.groups.get(g) for g in structural}, {g: new_groups.get(g) for g in structural},
+            restart)
+        changed_groups = {g: new_groups.get(g) for g in structural | touched}
+        members = self._members_after(apps, changed_groups, new_apps, new_groups)
+        self._write(apps, changed_groups, new_apps, new_groups, plan, replaced, members)
+        self._update_indexes(apps, changed_groups, members)
+        for plan_id in replaced:
+            old_plan = self.plans.pop(plan_id)
+            self.progress.pop(plan_id, None)
+            self.events.publish("deployment_failed", id=plan_id, plan=deployments.to_json(old_plan))
+        self.apps, self.groups = new_apps, new_groups
+        for app_id in apps:
+            self.backoff.pop(app_id, None)
+        self.plans[plan["id"]] = plan
+        self.touched()
+        self._publish_change(apps, original, posted, plan)
+        self.wake()
+        return plan
+
+    def _edit_tree(self, apps: Dict[str, Optional[dict]], group_changes: Dict[str, Optional[dict]],
+                   version: str) -> Tuple[Dict[str, dict], Dict[str, dict], Set[str], Set[str]]:
+        """The tree after the change (copies): its apps, its groups, the groups the
+        change touches and those it adds something below."""
         new_apps = dict(self.apps)
         new_groups = dict(self.groups)
         for app_id, app in apps.items():
@@ -227,23 +259,24 @@ class Registry:
             if group_id in new_groups or group_id in added_below:
                 current = new_groups.get(group_id) or groups.new_group(group_id, version)
                 new_groups[group_id] = dict(current, version=version)
+        return new_apps, new_groups, touched, added_below
+
+    @staticmethod
+    def _check_tree(new_apps: Dict[str, dict], new_groups: Dict[str, dict],
+                    apps: Dict[str, Optional[dict]], group_changes: Dict[str, Optional[dict]],
+                    added_below: Set[str]) -> None:
+        """422 for an app where a group is (or the reverse) or a dependency cycle."""
         violations = Violations()
         paths = set(apps) | set(group_changes) | added_below
         groups.conflicts((new_apps, new_groups), paths, violations,
                          groups.may_add_cycle((new_apps, new_groups), apps, group_changes))
         violations.raise_if_any()
-        affected = set(apps)
-        replaced = self.locking(affected)
-        if replaced and not force:
-            raise app_locked(replaced)
-        original = {i: self.apps.get(i) for i in apps}
-        structural = (new_groups.keys() ^ self.groups.keys()) | set(group_changes)
-        plan = deployments.new_plan(
-            version, original, dict(apps), groups.dependency_layers((new_apps, new_groups)),
-            {g: self.groups.get(g) for g in structural}, {g: new_groups.get(g) for g in structural},
-            restart)
-        changed_groups = {g: new_groups.get(g) for g in structural | touched}
-        members: Dict[str, Set[str]] = {}          # copies of the member sets that change
+
+    def _members_after(self, apps: Dict[str, Optional[dict]],
+                       changed_groups: Dict[str, Optional[dict]], new_apps: Dict[str, dict],
+                       new_groups: Dict[str, dict]) -> Dict[str, Set[str]]:
+        """Copies of the member sets (group -> its direct apps and groups) that change."""
+        members: Dict[str, Set[str]] = {}
         for path_id in set(apps) | set(changed_groups):
             if path_id == groups.ROOT:
                 continue
@@ -254,7 +287,12 @@ class Registry:
                 members[parent].add(path_id)
             else:
                 members[parent].discard(path_id)
-        self._write(apps, changed_groups, new_apps, new_groups, plan, replaced, members)
+        return members
+
+    def _update_indexes(self, apps: Dict[str, Optional[dict]],
+                        changed_groups: Dict[str, Optional[dict]],
+                        members: Dict[str, Set[str]]) -> None:
+        """The member sets and the service ports' owners, after a written change."""
         self._members.update(members)
         for app_id, app in apps.items():
             for port in app_model.service_ports(self.apps.get(app_id) or {}):
@@ -266,15 +304,11 @@ class Registry:
         for group_id, group in changed_groups.items():
             if group is None:
                 self._members.pop(group_id, None)
-        for plan_id in replaced:
-            old_plan = self.plans.pop(plan_id)
-            self.progress.pop(plan_id, None)
-            self.events.publish("deployment_failed", id=plan_id, plan=deployments.to_json(old_plan))
-        self.apps, self.groups = new_apps, new_groups
-        for app_id in apps:
-            self.backoff.pop(app_id, None)
-        self.plans[plan["id"]] = plan
-        self.touched()
+
+    def _publish_change(self, apps: Dict[str, Optional[dict]], original: Dict[str, Optional[dict]],
+                        posted: Iterable[dict], plan: dict) -> None:
+        """The events of a change: what clients posted, health checks added or
+        removed, the new deployment."""
         for app in posted:
             self.events.publish("api_post_event", clientIp="", uri=f"/v2/apps{app['id']}",
                                 appDefinition=app)
@@ -283,8 +317,6 @@ class Registry:
         shown = deployments.to_json(plan)
         self.events.publish("deployment_info", plan=shown,
                             currentStep=(shown["steps"] or [{"actions": []}])[0])
-        self.wake()
-        return plan
 
     def _write(self, apps: Dict[str, Optional[dict]], changed_groups: Dict[str, Optional[dict]],
                new_apps: Dict[str, dict], new_groups: Dict[str, dict], plan: dict,

@@ -1,10 +1,10 @@
 """Keeps every app's `instances` running: the thread between the API and the scheduler.
 
 Each pass folds the scheduler's task records (and the updates it reported
-since) into the registry, compares what each app wants with the tasks it has,
+since) into the group manager, compares what each app wants with the tasks it has,
 asks the scheduler to launch or kill, and finishes the deployments that are
 done. It is the only thread that calls the scheduler, and it does so outside
-the registry's lock, so the pymesos callback thread and the HTTP threads never
+the group manager's lock, so the pymesos callback thread and the HTTP threads never
 wait on each other.
 
 Upgrades (config change, restart) follow the app's upgradeStrategy as Marathon
@@ -23,7 +23,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from framework.marathon.core import deployments
 from framework.marathon.core import task_builder
 from framework.marathon.core.deployments import START, STOP
-from framework.marathon.core.group_manager import Backoff, Registry
+from framework.marathon.core.group_manager import Backoff, GroupManager
 from framework.scheduling.task_record import FAILED_STATES, RUNNING, TaskRecord
 from framework.tasks.task_spec import TaskSpec
 from common.errors import UserError
@@ -33,11 +33,11 @@ log = logging.getLogger(__name__)
 KILL_RETRY_SECONDS = 15.0
 
 
-class Reconciler:
-    def __init__(self, registry: Registry, scheduler: Any,
+class InstanceKeeper:
+    def __init__(self, group_manager: GroupManager, scheduler: Any,
                  leading: Callable[[], bool] = lambda: True,
                  default_user: Optional[str] = None) -> None:
-        self.registry = registry
+        self.group_manager = group_manager
         self.default_user = default_user    # --mesos_user: tasks without an image
         self.scheduler = scheduler
         self.leading = leading          # only the leading instance launches and kills
@@ -46,17 +46,17 @@ class Reconciler:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
-        registry.on_change(self.wake)
+        group_manager.on_change(self.wake)
         if scheduler is not None:
             scheduler.on_update(self._on_update)
-        with registry.lock:
+        with group_manager.lock:
             self._refresh()             # the tasks the scheduler recovered, before the API serves
             self._advance_plans(finish=False)
-        log.info("tasks on record: %d", len(registry.tasks))
+        log.info("tasks on record: %d", len(group_manager.tasks))
 
     # -- lifecycle ------------------------------------------------------------------
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="marathon-reconciler", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="marathon-instance-keeper", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
@@ -94,7 +94,7 @@ class Reconciler:
             self._launch(spec, app)
         for task_id in kills:
             if self.scheduler is None:      # nothing was launched: just drop it
-                with self.registry.lock:
+                with self.group_manager.lock:
                     self._forget(task_id)
                 continue
             try:
@@ -102,7 +102,7 @@ class Reconciler:
             except Exception as e:  # the next pass retries
                 log.warning("kill %s failed: %s", task_id, e)
         self._finish_plans()
-        with self.registry.lock:
+        with self.group_manager.lock:
             finished, self._finished = self._finished, []
         for task_id in finished:
             try:
@@ -112,8 +112,8 @@ class Reconciler:
 
     def _refresh(self) -> None:
         """Fold the updates reported since the last pass, then the scheduler's
-        records (newer than any of them), into the registry."""
-        r = self.registry
+        records (newer than any of them), into the group manager."""
+        r = self.group_manager
         if self.scheduler is None:
             return                          # nothing launches: tasks stay pending
         records = []
@@ -134,13 +134,13 @@ class Reconciler:
             self._forget(task_id)
 
     def _apply(self, record: TaskRecord) -> None:
-        r = self.registry
+        r = self.group_manager
         before = r.tasks.get(record.id)
         r.tasks[record.id] = record
         if before != record:
             r.touched((record.app_id,))
-        if r.health is not None:
-            r.health.observe(before, record)
+        if r.task_health is not None:
+            r.task_health.observe(before, record)
         if before is None or before.state != record.state:
             r.events.publish("status_update_event", slaveId=record.agent_id or "",
                              taskId=record.id, taskStatus=record.state,
@@ -157,7 +157,7 @@ class Reconciler:
             self._finished.append(record.id)
 
     def _record_failure(self, record: TaskRecord) -> None:
-        r = self.registry
+        r = self.group_manager
         app = r.apps[record.app_id]
         now = r.clock()
         backoff = r.backoff.get(record.app_id) or Backoff()
@@ -172,28 +172,28 @@ class Reconciler:
             "version": record.app_version, "slaveId": record.agent_id or ""}
 
     def _forget(self, task_id: str) -> None:
-        gone = self.registry.tasks.pop(task_id, None)
+        gone = self.group_manager.tasks.pop(task_id, None)
         if gone is not None:
-            self.registry.touched((gone.app_id,))
-        self.registry.kill_requested.pop(task_id, None)
-        for monitor in (self.registry.health, self.registry.readiness):
+            self.group_manager.touched((gone.app_id,))
+        self.group_manager.kill_requested.pop(task_id, None)
+        for monitor in (self.group_manager.task_health, self.group_manager.readiness):
             if monitor is not None:
                 monitor.forget(task_id)
 
     def _up(self, app: dict, task: TaskRecord) -> bool:
         """A task of the app's current version counts toward a deployment: it
         runs, and is healthy and ready when the app has those checks."""
-        r = self.registry
+        r = self.group_manager
         if task.state != RUNNING:
             return False
-        if app.get("healthChecks") and r.health is not None \
-                and not r.health.ready_for_deployment(app, task):
+        if app.get("healthChecks") and r.task_health is not None \
+                and not r.task_health.ready_for_deployment(app, task):
             return False
         return r.readiness is None or r.readiness.ready(app, task)
 
     # -- decisions ----------------------------------------------------------------------
     def _decide(self) -> Tuple[List[Tuple[TaskSpec, dict]], List[str]]:
-        r = self.registry
+        r = self.group_manager
         with r.lock:
             self._refresh()
             launches, kills = [], []
@@ -231,7 +231,7 @@ class Reconciler:
 
     def _plan_app(self, app: dict, tasks: List[TaskRecord]) -> Tuple[list, List[str]]:
         """Launches and kills that move one app toward its definition."""
-        r = self.registry
+        r = self.group_manager
         target = app["instances"]
         config = app["versionInfo"]["lastConfigChangeAt"]
         live = [t for t in tasks if t.id not in r.kill_requested]
@@ -275,8 +275,8 @@ class Reconciler:
         return ordered[:count]
 
     def _prepare_launch(self, app: dict) -> Optional[Tuple[TaskSpec, dict]]:
-        """A new instance of `app`, pending in the registry until the scheduler has it."""
-        r = self.registry
+        """A new instance of `app`, pending in the group manager until the scheduler has it."""
+        r = self.group_manager
         task_id = task_builder.new_task_id(app["id"])
         try:
             spec = task_builder.task_spec(app, task_id, self.default_user)
@@ -303,8 +303,8 @@ class Reconciler:
                                   config_version=app["versionInfo"]["lastConfigChangeAt"])
         except Exception as e:
             log.error("submit %s failed: %s", spec.id, e)
-            with self.registry.lock:
-                pending = self.registry.tasks.get(spec.id)
+            with self.group_manager.lock:
+                pending = self.group_manager.tasks.get(spec.id)
                 if pending is not None:
                     failed = pending.copy()
                     failed.state, failed.message = "TASK_ERROR", str(e)
@@ -314,7 +314,7 @@ class Reconciler:
     # -- deployments ----------------------------------------------------------------------
     def _held(self) -> set:
         """Apps in a step of their deployment after its current one."""
-        r = self.registry
+        r = self.group_manager
         held = set()
         for plan in r.plans.values():
             for step in plan["steps"][r.progress.get(plan["id"], 0) + 1:]:
@@ -322,13 +322,13 @@ class Reconciler:
         return held
 
     def _finish_plans(self) -> None:
-        with self.registry.lock:
+        with self.group_manager.lock:
             self._advance_plans(finish=True)
 
     def _advance_plans(self, finish: bool) -> None:
         """Move each deployment to its first step not done; with `finish`, drop
         the ones with every step done."""
-        r = self.registry
+        r = self.group_manager
         live: Dict[str, List[TaskRecord]] = {}
         for task in r.tasks.values():
             if task.alive:
@@ -356,10 +356,10 @@ class Reconciler:
         """A stopped app has no live task; a started one exists; a scaled or
         restarted one runs exactly its instances, all of its current config."""
         if action["action"] == STOP:
-            return not live and action["app"] not in self.registry.apps
+            return not live and action["app"] not in self.group_manager.apps
         if action["action"] == START:
             return True
-        app = self.registry.apps.get(action["app"])
+        app = self.group_manager.apps.get(action["app"])
         if app is None:
             return True                 # removed by a later deployment
         config = app["versionInfo"]["lastConfigChangeAt"]

@@ -5,7 +5,7 @@ While a deployment touches an app with `readinessChecks`, each of its tasks of
 the new configuration that runs (and, with health checks, is healthy) is asked
 `GET <protocol>://<host>:<the port named portName><path>` every
 `intervalSeconds` until it answers one of `httpStatusCodesForReady`. The
-reconciler counts a new task toward the deployment (and stops an old one for
+the instance keeper counts a new task toward the deployment (and stops an old one for
 it) only once it is ready. The results show in the deployment's
 `currentActions[].readinessCheckResults` and in the app's
 `readinessCheckResults` (`?embed=app.readiness`); a task stays ready once it
@@ -18,7 +18,7 @@ from typing import Dict, List, Optional, Set, Tuple
 from framework.tasks import probes
 from framework.marathon.core.check_runner import TICK_SECONDS, CheckRunner
 from framework.marathon.core.task_health import host_port
-from framework.marathon.core.group_manager import Registry
+from framework.marathon.core.group_manager import GroupManager
 from framework.scheduling.task_record import RUNNING, TaskRecord
 
 log = logging.getLogger(__name__)
@@ -35,16 +35,16 @@ def port_named(app: dict, task: TaskRecord, name: str) -> Optional[int]:
 
 
 class ReadinessMonitor(CheckRunner):
-    def __init__(self, registry: Registry, clock=time.time) -> None:
+    def __init__(self, group_manager: GroupManager, clock=time.time) -> None:
         super().__init__("readiness", WORKERS)
-        self.registry = registry
+        self.group_manager = group_manager
         self.clock = clock
-        registry.readiness = self
+        group_manager.readiness = self
         self._results: Dict[str, dict] = {}          # task id -> TaskReadinessCheckResult
         self._due: Dict[str, float] = {}
         self._in_flight: Set[str] = set()
 
-    # -- what the reconciler and the API ask (registry lock held) ----------------------
+    # -- what the instance keeper and the API ask (group manager's lock held) ----------------------
     def ready(self, app: dict, task: TaskRecord) -> bool:
         if not app.get("readinessChecks"):
             return True
@@ -52,8 +52,8 @@ class ReadinessMonitor(CheckRunner):
 
     def results_for(self, app_id: str) -> List[dict]:
         return [dict(result) for task_id, result in self._results.items()
-                if task_id in self.registry.tasks
-                and self.registry.tasks[task_id].app_id == app_id]
+                if task_id in self.group_manager.tasks
+                and self.group_manager.tasks[task_id].app_id == app_id]
 
     def forget(self, task_id: str) -> None:
         self._results.pop(task_id, None)
@@ -61,13 +61,13 @@ class ReadinessMonitor(CheckRunner):
 
     # -- the checks -----------------------------------------------------------------------
     def _deploying(self) -> Set[str]:
-        return {app_id for plan in self.registry.plans.values()
+        return {app_id for plan in self.group_manager.plans.values()
                 for app_id, target in plan["target"].items() if target is not None}
 
     def due_jobs(self) -> List[Tuple]:
         now = self.clock()
         jobs = []
-        r = self.registry
+        r = self.group_manager
         with r.lock:
             for task_id in [t for t in self._results if t not in r.tasks]:
                 self.forget(task_id)
@@ -80,8 +80,8 @@ class ReadinessMonitor(CheckRunner):
                         or self._results.get(task.id, {}).get("ready") \
                         or task.id in self._in_flight:
                     continue
-                if app.get("healthChecks") and r.health is not None \
-                        and r.health.healthy(task) is not True:
+                if app.get("healthChecks") and r.task_health is not None \
+                        and r.task_health.healthy(task) is not True:
                     continue                  # Marathon asks healthy tasks only
                 check = app["readinessChecks"][0]
                 if self._due.get(task.id, 0.0) > now:
@@ -94,18 +94,18 @@ class ReadinessMonitor(CheckRunner):
     def _check(self, task: TaskRecord, app: dict, check: dict) -> None:
         try:
             result = self._probe(task, app, check)
-            with self.registry.lock:
-                if task.id in self.registry.tasks:
+            with self.group_manager.lock:
+                if task.id in self.group_manager.tasks:
                     before = self._results.get(task.id, {}).get("ready")
                     self._results[task.id] = result
-                    self.registry.touched((task.app_id,))
+                    self.group_manager.touched((task.app_id,))
                     if result["ready"] and not before:
                         log.info("task %s of %s is ready", task.id, task.app_id)
-                        self.registry.wake()
+                        self.group_manager.wake()
         except Exception:
             log.exception("readiness check of %s failed to run", task.id)
         finally:
-            with self.registry.lock:
+            with self.group_manager.lock:
                 self._in_flight.discard(task.id)
 
     def _probe(self, task: TaskRecord, app: dict, check: dict) -> dict:

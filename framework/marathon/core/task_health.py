@@ -16,7 +16,7 @@ HealthCheckManager gives it:
   `maxConsecutiveFailures` counted failures (0: never; Marathon itself kills
   one failure later than its documentation says, we kill as documented and as
   the Mesos-level checks do) the task is killed
-  (`unhealthy_instance_kill_event`) and the reconciler replaces it. Results
+  (`unhealthy_instance_kill_event`) and the instance keeper replaces it. Results
   are stored when they change (alive or the failure count), so a restarted
   framework starts from them instead of from nothing.
 
@@ -33,7 +33,7 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 from framework.tasks import probes
 from framework.marathon.core.check_runner import TICK_SECONDS, CheckRunner
 from framework.marathon.state.health_checks import FRAMEWORK_PROTOCOLS, MESOS_PROTOCOLS
-from framework.marathon.core.group_manager import Registry
+from framework.marathon.core.group_manager import GroupManager
 from framework.scheduling.task_record import RUNNING, TaskRecord
 from framework.tasks.timestamps import format_timestamp
 
@@ -82,20 +82,20 @@ class Health:
                    h.get("lastFailureCause"), int(h.get("consecutiveFailures", 0)))
 
 
-class HealthMonitor(CheckRunner):
-    def __init__(self, registry: Registry, clock=time.time,
+class TaskHealthMonitor(CheckRunner):
+    def __init__(self, group_manager: GroupManager, clock=time.time,
                  on_result: Callable[[bool], None] = lambda alive: None) -> None:
         super().__init__("health", WORKERS)
-        self.registry = registry
+        self.group_manager = group_manager
         self.clock = clock
         self.on_result = on_result      # each result of this framework's checks (/metrics)
-        registry.health = self
+        group_manager.task_health = self
         self._results: Dict[str, Dict[int, Health]] = {}
         # tasks killed for failing checks and not ended yet: a check that fails again
         # while the kill takes its time (a loaded node) kills and tells nothing new,
         # as Marathon skips an instance that is already being killed
         self._killing: Set[str] = set()
-        for task_id, stored in registry.store.items(HEALTH).items():
+        for task_id, stored in group_manager.store.items(HEALTH).items():
             try:
                 self._results[task_id] = {int(i): Health(**h) for i, h in stored.items()}
             except (TypeError, ValueError) as e:
@@ -104,10 +104,10 @@ class HealthMonitor(CheckRunner):
         self._in_flight: Set[Tuple[str, int]] = set()
         self._checks_of_version: Dict[Tuple[str, str], List[dict]] = {}
 
-    # -- what the API shows (callers hold the registry's lock) ---------------------------
+    # -- what the API shows (callers hold the group manager's lock) ---------------------------
     def checks_of(self, task: TaskRecord) -> List[dict]:
         """The health checks of the app version that launched `task`."""
-        app = self.registry.apps.get(task.app_id)
+        app = self.group_manager.apps.get(task.app_id)
         if app is None:
             return []
         if app["versionInfo"]["lastConfigChangeAt"] == task.config_version or not task.app_version:
@@ -115,7 +115,7 @@ class HealthMonitor(CheckRunner):
         key = (task.app_id, task.app_version)
         checks = self._checks_of_version.get(key)
         if checks is None:
-            old = self.registry.history.app_at(task.app_id, task.app_version) or app
+            old = self.group_manager.history.app_at(task.app_id, task.app_version) or app
             checks = self._checks_of_version[key] = old.get("healthChecks") or []
         return checks
 
@@ -152,7 +152,7 @@ class HealthMonitor(CheckRunner):
             return False
         return not app.get("healthChecks") or self.healthy(task) is True
 
-    # -- the executor's reports (the reconciler, under the registry's lock) -----------------
+    # -- the executor's reports (the instance keeper, under the group manager's lock) -----------------
     def observe(self, before: Optional[TaskRecord], record: TaskRecord) -> None:
         """A task's record changed: publish what changed in its Mesos-level health."""
         if record.terminal:
@@ -166,7 +166,7 @@ class HealthMonitor(CheckRunner):
             return
         check = next((c for c in self.checks_of(record) if c["protocol"] in MESOS_PROTOCOLS), {})
         if now.consecutive_failures > (was.consecutive_failures if was else 0):
-            self.registry.events.publish("failed_health_check_event", appId=record.app_id,
+            self.group_manager.events.publish("failed_health_check_event", appId=record.app_id,
                                          taskId=record.id, instanceId=record.id,
                                          healthCheck=check)
         if was is None or was.alive != now.alive:
@@ -183,11 +183,11 @@ class HealthMonitor(CheckRunner):
     def due_jobs(self) -> List[Tuple]:
         now = self.clock()
         jobs = []
-        with self.registry.lock:
+        with self.group_manager.lock:
             live = set()
-            for task in self.registry.tasks.values():
+            for task in self.group_manager.tasks.values():
                 if task.state != RUNNING or task.kill_requested \
-                        or task.id in self.registry.kill_requested:
+                        or task.id in self.group_manager.kill_requested:
                     continue
                 for i, check in enumerate(self.checks_of(task)):
                     if check["protocol"] not in FRAMEWORK_PROTOCOLS:
@@ -210,14 +210,14 @@ class HealthMonitor(CheckRunner):
     def _check(self, task: TaskRecord, index: int, check: dict) -> None:
         try:
             outcome, cause = self._probe(task, check)
-            with self.registry.lock:
-                current = self.registry.tasks.get(task.id)
+            with self.group_manager.lock:
+                current = self.group_manager.tasks.get(task.id)
                 if current is not None and current.state == RUNNING:
                     self._record(current, index, check, outcome, cause)
         except Exception:
             log.exception("health check of %s failed to run", task.id)
         finally:
-            with self.registry.lock:
+            with self.group_manager.lock:
                 self._in_flight.discard((task.id, index))
 
     def _probe(self, task: TaskRecord, check: dict) -> Tuple[Optional[bool], str]:
@@ -245,7 +245,7 @@ class HealthMonitor(CheckRunner):
 
     def _record(self, task: TaskRecord, index: int, check: dict, alive: Optional[bool],
                 cause: str) -> None:
-        """One result, as HealthCheckActor.handleHealthResult (registry lock held)."""
+        """One result, as HealthCheckActor.handleHealthResult (group manager's lock held)."""
         if alive is None:
             return
         results = self._results.setdefault(task.id, {})
@@ -262,7 +262,7 @@ class HealthMonitor(CheckRunner):
                 (task.started_at or now) + check["gracePeriodSeconds"] > now
             if in_grace:
                 return
-            self.registry.events.publish("failed_health_check_event", appId=task.app_id,
+            self.group_manager.events.publish("failed_health_check_event", appId=task.app_id,
                                          taskId=task.id, instanceId=task.id, healthCheck=check)
             health.last_failure = now
             health.last_failure_cause = cause
@@ -274,9 +274,9 @@ class HealthMonitor(CheckRunner):
         results[index] = health
         if health.alive != was_alive or health.consecutive_failures != was_failures:
             self._write(task.id, results)
-            self.registry.touched((task.app_id,))
+            self.group_manager.touched((task.app_id,))
         if health.alive != was_alive:
-            self.registry.events.publish("health_status_changed_event", appId=task.app_id,
+            self.group_manager.events.publish("health_status_changed_event", appId=task.app_id,
                                          instanceId=task.id, version=task.app_version,
                                          alive=health.alive)
         if self.healthy(task) != was_task and self.healthy(task) is not None:
@@ -289,23 +289,23 @@ class HealthMonitor(CheckRunner):
         log.warning("task %s of %s failed %d health checks in a row: killing it (%s)", task.id,
                     task.app_id, failures, cause)
         self._publish_kill(task, cause)
-        self.registry.request_kill(task.id)
+        self.group_manager.request_kill(task.id)
 
     # -- events and the store -------------------------------------------------------------
     def _publish_alive(self, task: TaskRecord, alive: bool) -> None:
-        self.registry.events.publish("health_status_changed_event", appId=task.app_id,
+        self.group_manager.events.publish("health_status_changed_event", appId=task.app_id,
                                      instanceId=task.id, version=task.app_version, alive=alive)
         healthy = self.healthy(task)
         if healthy is not None:
             self._publish_instance(task, healthy)
 
     def _publish_instance(self, task: TaskRecord, healthy: bool) -> None:
-        self.registry.events.publish("instance_health_changed_event", instanceId=task.id,
+        self.group_manager.events.publish("instance_health_changed_event", instanceId=task.id,
                                      runSpecId=task.app_id, runSpecVersion=task.app_version,
                                      healthy=healthy)
 
     def _publish_kill(self, task: TaskRecord, cause: str) -> None:
-        self.registry.events.publish("unhealthy_instance_kill_event", appId=task.app_id,
+        self.group_manager.events.publish("unhealthy_instance_kill_event", appId=task.app_id,
                                      taskId=task.id, instanceId=task.id,
                                      version=task.app_version, reason=cause,
                                      host=task.hostname or "unknown", slaveId=task.agent_id or "")
@@ -313,9 +313,9 @@ class HealthMonitor(CheckRunner):
     def _write(self, task_id: str, results: Optional[Dict[int, Health]]) -> None:
         try:
             if results is None:
-                self.registry.store.delete(HEALTH, task_id)
+                self.group_manager.store.delete(HEALTH, task_id)
             else:
-                self.registry.store.put(HEALTH, task_id,
+                self.group_manager.store.put(HEALTH, task_id,
                                         {str(i): h.stored() for i, h in results.items()})
         except Exception as e:        # the store failing must not stop health checking
             log.warning("storing the health of task %s: %s", task_id, e)

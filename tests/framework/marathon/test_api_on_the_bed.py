@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from framework.process.framework_process import FrameworkService
+from framework.process.framework_process import FrameworkProcess
 from framework.tasks.timestamps import parse_timestamp
 from tests.bed.gpu_bed import k80_node, master_and_agent
 from tests.bed.framework_process import client_of, framework_args
@@ -43,7 +43,7 @@ def service(agent, node, docker_engine, tmp_path_factory):
     args = framework_args(agent.master, tmp_path_factory.mktemp("framework"),
                           "--agent_socket", str(node.socket), "--docker_host", docker_engine.host,
                           "--refuse_seconds", "1", "--gpu_scheduling_behavior", "unrestricted")
-    running = FrameworkService(args).start()
+    running = FrameworkProcess(args).start()
     assert running.scheduler.wait_subscribed(30)
     yield running
     running.stop()

@@ -10,7 +10,7 @@ replace them (config change, kill, restart) while every GPU is taken, scale to
 
 import pytest
 
-from framework.process.framework_process import FrameworkService
+from framework.process.framework_process import FrameworkProcess
 from tests.bed.gpu_bed import k80_node, master_and_agent
 from tests.bed.framework_process import client_of, framework_args
 from tests.bed.waiting import wait_until
@@ -52,7 +52,7 @@ def test_two_gpu_instances_restart_and_scale_to_zero(agent, node, docker_engine,
     state = tmp_path / "state"
     args = framework_args(agent.master, state, "--agent_socket", str(node.socket),
                           "--docker_host", docker_engine.host, "--refuse_seconds", "1")
-    service = FrameworkService(args).start()
+    service = FrameworkProcess(args).start()
     try:
         api = client_of(service)
         created = api.post("/v2/apps", {
@@ -79,7 +79,7 @@ def test_two_gpu_instances_restart_and_scale_to_zero(agent, node, docker_engine,
         service.stop()
 
     # A restarted framework serves the same app and finds the same tasks running.
-    service = FrameworkService(args).start()
+    service = FrameworkProcess(args).start()
     try:
         api = client_of(service)
         assert service.scheduler.wait_subscribed(30)

@@ -24,7 +24,7 @@ from dataclasses import replace
 
 import pytest
 
-from framework.process.framework_process import FrameworkService, default_scheduler_factory
+from framework.process.framework_process import FrameworkProcess, default_scheduler_factory
 from localcluster import fake_nvml
 from localcluster.gpu_node import GpuNode, layout_for_driver_files
 from localcluster.mesos import Agent, Master
@@ -94,7 +94,7 @@ def start_framework(bed, name, *extra, executor_env=None):
     args = framework_args(bed.master.address, bed.state / name, "--registry",
                           bed.registry.address, "--docker_host", bed.engine.host,
                           "--refuse_seconds", "1", *extra)
-    service = FrameworkService(args, scheduler_factory=factory).start()
+    service = FrameworkProcess(args, scheduler_factory=factory).start()
     assert service.scheduler.wait_subscribed(30)
     return service
 

@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from framework.process.framework_process import FrameworkService
+from framework.process.framework_process import FrameworkProcess
 from tests.bed.gpu_bed import k80_node, master_and_agent
 from tests.bed.framework_process import client_of, framework_args
 from tests.bed.waiting import wait_until
@@ -46,7 +46,7 @@ def running(api, app_id, count):
 def test_two_quarter_shares_run_on_the_shared_gpu_and_give_it_back(agent, node, tmp_path):
     args = framework_args(agent.master, tmp_path / "state", "--agent_socket", str(node.socket),
                           "--refuse_seconds", "1")
-    service = FrameworkService(args).start()
+    service = FrameworkProcess(args).start()
     try:
         api = client_of(service)
         reply = api.post("/v2/apps", {
@@ -114,7 +114,7 @@ def test_a_docker_task_on_an_mps_gpu_reaches_its_pipe_in_the_hosts_ipc(agent, no
                                                                        busybox_image):
     args = framework_args(agent.master, tmp_path / "state", "--agent_socket", str(node.socket),
                           "--docker_host", docker_engine.host, "--refuse_seconds", "1")
-    service = FrameworkService(args).start()
+    service = FrameworkProcess(args).start()
     try:
         api = client_of(service)
         reply = api.post("/v2/apps", {

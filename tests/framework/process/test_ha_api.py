@@ -13,7 +13,7 @@ import pytest
 
 from common.errors import UserError
 from framework.state import zk_codec
-from framework.process.framework_process import FrameworkService
+from framework.process.framework_process import FrameworkProcess
 from tests.bed.ha_services import AUTH, SESSION_MS, api, ha_args, leader_of, running
 from tests.bed.waiting import wait_until
 from tests.bed.http_client import Client
@@ -155,9 +155,9 @@ def test_a_leader_cut_off_from_zookeeper_stops_acting_steps_down_and_rejoins(
         refused = api(leader).post("/v2/apps", {"id": "/while-cut", "cmd": "sleep 1",
                                                 "cpus": 0.1, "mem": 16})
         assert refused.status == 503, refused.json
-        # stepped down: the API first, then the reconciler and scheduler stop, the state is dropped
+        # stepped down: the API first, then the instance keeper and scheduler stop, the state is dropped
         wait_until(lambda: leader.api is None and leader.scheduler is None, 10, interval=0.05)
-        assert leader.reconciler is None and leader.registry is None
+        assert leader.instance_keeper is None and leader.group_manager is None
     finally:
         zookeeper.resume()
     back = leader_of(services, timeout=30)
@@ -203,7 +203,7 @@ def test_every_instance_registers_the_framework_with_the_same_failover_timeout(
     # a second instance with another value is refused while the first leads: it
     # would re-register the framework with its own when it takes over
     with pytest.raises(UserError) as refused:
-        FrameworkService(ha_args(cluster.address, zookeeper.url("/fw"),
+        FrameworkProcess(ha_args(cluster.address, zookeeper.url("/fw"),
                                  "--failover_timeout", "60"))
     assert "--failover_timeout 60" in str(refused.value) and "4321 s" in str(refused.value)
     instances(1, "--failover_timeout", "4321")
@@ -225,6 +225,6 @@ def test_every_instance_registers_the_framework_with_the_same_failover_timeout(
     node = "/fw/state/records/framework/failover_timeout"
     third.ha.client.set(node, zk_codec.encode('{"seconds": "a week"}', 1, 1 << 20))
     with pytest.raises(UserError) as corrupt:
-        FrameworkService(ha_args(cluster.address, zookeeper.url("/fw"),
+        FrameworkProcess(ha_args(cluster.address, zookeeper.url("/fw"),
                                  "--failover_timeout", "600"))
     assert f"{node} is corrupt: it holds no failover timeout" in str(corrupt.value), corrupt.value

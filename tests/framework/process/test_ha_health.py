@@ -35,7 +35,7 @@ def test_the_next_leader_keeps_the_health_and_checks_on(instances):  # noqa: F81
         assert api(other).post("/v2/apps", dict(fields, id=app_id, cpus=0.1,
                                                 mem=32)).status == 201
     before = {app_id: wait_until(lambda: healthy_tasks(other, app_id), 60) for app_id in APPS}
-    assert other.health is None and other.readiness is None     # only the leader checks
+    assert other.task_health is None and other.readiness is None     # only the leader checks
 
     assert api(other).delete("/v2/leader").status == 200
     second = leader_of([other], timeout=30)
@@ -57,12 +57,12 @@ def test_the_next_leader_keeps_the_health_and_checks_on(instances):  # noqa: F81
     print(f"{healthy - len(reported)} results of the framework's check counted, "
           f"{len(reported)} of the executor's")
     assert healthy - len(reported) >= 2, (healthy, reported)
-    assert leader.health is None                        # the old leader stopped checking
+    assert leader.task_health is None                        # the old leader stopped checking
 
 
 def framework_last_success(service, task_id: str) -> float:
-    with service.registry.lock:
-        [health] = service.health.results(service.registry.tasks[task_id])
+    with service.group_manager.lock:
+        [health] = service.task_health.results(service.group_manager.tasks[task_id])
         return health.last_success
 
 

@@ -11,7 +11,7 @@ import sys
 
 from kazoo.client import KazooClient
 
-from framework.process.framework_process import FrameworkService, add_arguments
+from framework.process.framework_process import FrameworkProcess, add_arguments
 from tests.bed.framework_process import client_of
 from tests.bed.waiting import wait_until
 from tests.bed.ha_services import AUTH, CREDENTIALS, running
@@ -34,7 +34,7 @@ def _error_line(r, *names):
 def ha_service(master, zk_url):
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    return FrameworkService(parser.parse_args([
+    return FrameworkProcess(parser.parse_args([
         "--master", master, "--zk", zk_url, "--http_port", "0", "--http_credentials",
         CREDENTIALS, "--refuse_seconds", "1", "--gpu_scheduling_behavior", "unrestricted",
         "--zk_session_timeout", "2000"])).start()

@@ -184,15 +184,15 @@ def test_gpu_scheduling_behavior_undefined_is_accepted_as_marathon_1_10():
 
 def test_adding_and_removing_health_checks_are_events(tmp_path):
     import json as json_module
-    from framework.marathon.core.app_changes import AppService
+    from framework.marathon.core.app_changes import AppChanges
     from framework.http.events import EventBus
-    from framework.marathon.core.group_manager import Registry
+    from framework.marathon.core.group_manager import GroupManager
     from framework.state.state_store import StateStore
     events = EventBus()
     subscription = events.subscribe(["add_health_check_event", "remove_health_check_event"])
     store = StateStore(tmp_path)
     try:
-        service = AppService(Registry(store, events))
+        service = AppChanges(GroupManager(store, events))
         app, _ = service.create(ok(instances=0, healthChecks=[{"protocol": "TCP"}]), force=False)
         service.update("/a", dict(ok(instances=0, healthChecks=[{"protocol": "HTTP"}])), force=True)
         seen = []

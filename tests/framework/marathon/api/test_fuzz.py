@@ -111,9 +111,9 @@ requests = st.tuples(st.sampled_from(["GET", "POST", "PUT", "PATCH", "DELETE", "
 
 @pytest.fixture(scope="module")
 def service(cluster, tmp_path_factory):
-    from framework.process.framework_process import FrameworkService
+    from framework.process.framework_process import FrameworkProcess
     from tests.bed.framework_process import framework_args
-    running = FrameworkService(framework_args(cluster.address, tmp_path_factory.mktemp("fuzz"))).start()
+    running = FrameworkProcess(framework_args(cluster.address, tmp_path_factory.mktemp("fuzz"))).start()
     assert running.scheduler.wait_subscribed(30)
     api = client_of(running)
     assert api.post("/v2/apps", {**BASE, "id": "/keep/me", "labels": {"a": "b"}}).status == 201

@@ -1,6 +1,6 @@
 """The fast listing answers exactly what the plain rendering does: the same
 JSON for idle apps (constant status text) and for apps with tasks, deployments
-and failures (written fresh), and it changes as soon as the registry does."""
+and failures (written fresh), and it changes as soon as the group manager does."""
 import json
 
 from framework.ha.leadership import SingleInstance
@@ -8,7 +8,7 @@ from framework.marathon.api.context import ApiContext
 from framework.marathon.state.app_model import read_app
 from framework.http.events import EventBus
 from framework.http.metrics import Metrics
-from framework.marathon.core.group_manager import Registry
+from framework.marathon.core.group_manager import GroupManager
 from framework.http.security import DockerPolicy
 from framework.http.validation import Violations
 from framework.state.state_store import StateStore
@@ -17,21 +17,21 @@ from framework.tasks.task_spec import TaskSpec
 
 
 def test_listing_text_equals_the_plain_json(tmp_path):
-    registry = Registry(StateStore(tmp_path / "state"), EventBus())
-    context = ApiContext.build(registry, DockerPolicy(), dict, SingleInstance(lambda: "x"), Metrics())
+    group_manager = GroupManager(StateStore(tmp_path / "state"), EventBus())
+    context = ApiContext.build(group_manager, DockerPolicy(), dict, SingleInstance(lambda: "x"), Metrics())
     for i in range(6):
         app = read_app({"id": f"/g{i % 2}/a{i}", "cmd": "sleep 1", "instances": i}, Violations(),
                        DockerPolicy())
         context.apps.create(app, force=True)
-    with registry.lock:
-        registry.plans = {k: v for k, v in registry.plans.items()
+    with group_manager.lock:
+        group_manager.plans = {k: v for k, v in group_manager.plans.items()
                           if "/g0/a2" in v["target"]}          # one app still deploying
-        registry.tasks["t1"] = TaskRecord(spec=TaskSpec(id="t1", app_id="/g1/a3", cmd="x"),
+        group_manager.tasks["t1"] = TaskRecord(spec=TaskSpec(id="t1", app_id="/g1/a3", cmd="x"),
                                           state="TASK_RUNNING", agent_id="a", hostname="h",
                                           app_version="v")
-        registry.last_failure["/g1/a5"] = {"appId": "/g1/a5", "message": "boom"}
-        registry.touched()
-        apps = list(registry.apps.values())
+        group_manager.last_failure["/g1/a5"] = {"appId": "/g1/a5", "message": "boom"}
+        group_manager.touched()
+        apps = list(group_manager.apps.values())
         for embeds in (set(), {"tasks"}, {"lastTaskFailure"}, {"failures", "counts"}):
             fast = json.loads(context.view.list_text(apps, embeds, False))
             plain = [context.view.app_json(a, embeds) for a in apps]
@@ -41,39 +41,39 @@ def test_listing_text_equals_the_plain_json(tmp_path):
         assert any("lastTaskFailure" in a for a in fast)
         first = context.view.answer(("k",), lambda: context.view.list_text(apps, set(), False))
         assert context.view.answer(("k",), lambda: "changed?") == first      # kept ...
-        registry.touched()
+        group_manager.touched()
         assert context.view.answer(("k",), lambda: "rebuilt") == b"rebuilt"  # ... until a change
 
 
 def test_a_listing_kept_between_changes_is_what_a_fresh_one_would_be(tmp_path):
-    registry = Registry(StateStore(tmp_path / "state"), EventBus())
-    context = ApiContext.build(registry, DockerPolicy(), dict, SingleInstance(lambda: "x"), Metrics())
+    group_manager = GroupManager(StateStore(tmp_path / "state"), EventBus())
+    context = ApiContext.build(group_manager, DockerPolicy(), dict, SingleInstance(lambda: "x"), Metrics())
     for i in range(50):
         app = read_app({"id": f"/g{i % 5}/a{i}", "cmd": "sleep 1", "instances": 1}, Violations(),
                        DockerPolicy())
         context.apps.create(app, force=True)
     view = context.view
-    with registry.lock:
-        registry.plans.clear()
-        registry.touched()
+    with group_manager.lock:
+        group_manager.plans.clear()
+        group_manager.touched()
 
         def listed(embeds=frozenset()):
-            return view.answer_list(("k", tuple(embeds)), lambda: list(registry.apps.values()),
+            return view.answer_list(("k", tuple(embeds)), lambda: list(group_manager.apps.values()),
                                     set(embeds), False)
 
         def fresh(embeds=frozenset()):
-            return view.list_text(list(registry.apps.values()), set(embeds), False)
+            return view.list_text(list(group_manager.apps.values()), set(embeds), False)
 
         first = listed()
         assert listed() is first                                   # nothing changed: kept
-        registry.tasks["t"] = TaskRecord(spec=TaskSpec(id="t", app_id="/g3/a8", cmd="x"),
+        group_manager.tasks["t"] = TaskRecord(spec=TaskSpec(id="t", app_id="/g3/a8", cmd="x"),
                                          state="TASK_RUNNING", agent_id="a", app_version="v")
-        registry.touched(["/g3/a8"])                               # one app's task moved
+        group_manager.touched(["/g3/a8"])                               # one app's task moved
         second = listed()
         assert second != first and json.loads(second) == json.loads(fresh())
         assert json.loads(listed({"tasks"})) == json.loads(fresh({"tasks"}))
-        registry.touched([])                                       # a change no listing shows
+        group_manager.touched([])                                       # a change no listing shows
         assert listed() is second
-        del registry.tasks["t"]
-        registry.touched(None)                                     # anything: built again
+        del group_manager.tasks["t"]
+        group_manager.touched(None)                                     # anything: built again
         assert json.loads(listed()) == json.loads(fresh()) == json.loads(first)

@@ -59,9 +59,9 @@ def test_every_published_method_and_path_answers(start_framework, tmp_path):
         both know it (none being killed)."""
         waiting = {t.id for t in service.scheduler.tasks()
                    if t.app_id == "/cov/app" and t.pending and not t.kill_requested}
-        with service.registry.lock:
-            return next((t.id for t in service.registry.tasks.values() if t.id in waiting
-                         and t.alive and t.id not in service.registry.kill_requested), None)
+        with service.group_manager.lock:
+            return next((t.id for t in service.group_manager.tasks.values() if t.id in waiting
+                         and t.alive and t.id not in service.group_manager.kill_requested), None)
 
     for method, path, body in RAML:
         if "{task}" in path or (body and "{task}" in str(body)):

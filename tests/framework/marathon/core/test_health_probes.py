@@ -16,9 +16,9 @@ from framework.process import scheduler_metrics
 from framework.executor.health import HealthChecker
 from framework.tasks.health_check import HealthCheck
 from framework.http.events import EventBus
-from framework.marathon.core.task_health import HealthMonitor
+from framework.marathon.core.task_health import TaskHealthMonitor
 from framework.http.metrics import Metrics
-from framework.marathon.core.group_manager import Registry
+from framework.marathon.core.group_manager import GroupManager
 from framework.tasks.ports import PortRequest
 from framework.process.scheduler_metrics import LaunchClock
 from framework.state.state_store import StateStore
@@ -84,7 +84,7 @@ def answering():
 @pytest.fixture
 def monitor(tmp_path):
     store = StateStore(tmp_path)
-    yield HealthMonitor(Registry(store, EventBus()))
+    yield TaskHealthMonitor(GroupManager(store, EventBus()))
     store.close()
 
 
@@ -163,8 +163,8 @@ def test_each_result_of_the_frameworks_own_checks_is_counted_in_the_metrics(tmp_
     port, state = answering
     metrics = Metrics()
     store = StateStore(tmp_path)
-    registry = Registry(store, EventBus())
-    monitor = HealthMonitor(registry, on_result=lambda healthy: (
+    group_manager = GroupManager(store, EventBus())
+    monitor = TaskHealthMonitor(group_manager, on_result=lambda healthy: (
         scheduler_metrics.count_health_check(metrics, healthy)))
 
     def counted():
@@ -174,7 +174,7 @@ def test_each_result_of_the_frameworks_own_checks_is_counted_in_the_metrics(tmp_
     try:
         task = task_on(port)
         task.started_at = time.time()
-        registry.tasks[task.id] = task
+        group_manager.tasks[task.id] = task
         http = dict(CHECK, protocol="HTTP", maxConsecutiveFailures=0, gracePeriodSeconds=300)
         state["status"] = b"500 Internal Server Error"
         monitor._check(task, 0, http)                           # in its grace period
@@ -209,16 +209,16 @@ def test_checks_failing_again_while_the_kill_takes_its_time_kill_once(tmp_path, 
     port, state = answering
     store = StateStore(tmp_path)
     bus = EventBus()
-    registry = Registry(store, bus)
+    group_manager = GroupManager(store, bus)
     kills = []
-    registry.request_kill = kills.append
-    monitor = HealthMonitor(registry)
+    group_manager.request_kill = kills.append
+    monitor = TaskHealthMonitor(group_manager)
     published = []
     bus_publish = bus.publish
     bus.publish = lambda kind, **fields: (published.append(kind), bus_publish(kind, **fields))
     try:
         task = task_on(port)
-        registry.tasks[task.id] = task
+        group_manager.tasks[task.id] = task
         http = dict(CHECK, protocol="HTTP", maxConsecutiveFailures=2, gracePeriodSeconds=0)
         state["status"] = b"503 Service Unavailable"
         for _ in range(5):

@@ -8,8 +8,8 @@ import pytest
 from common.errors import UserError
 from framework.state import state_migration
 from framework.http.events import EventBus
-from framework.marathon.core.instance_keeper import Reconciler
-from framework.marathon.core.group_manager import APP, Registry
+from framework.marathon.core.instance_keeper import InstanceKeeper
+from framework.marathon.core.group_manager import APP, GroupManager
 from framework.marathon.api.task_json import task_json
 from framework.scheduling.scheduler import GpuScheduler, SchedulerConfig
 from framework.tasks.taskinfo import ExecutorSettings
@@ -58,7 +58,7 @@ def test_restart_serves_the_same_apps_deployments_and_framework_id(start_framewo
     assert [(q["app"]["id"], q["count"]) for q in queue] == [("/queued", 1)]
     task_ids = list(second.store.items(TASK))
     assert len(task_ids) == 1
-    second.reconciler.reconcile()
+    second.instance_keeper.reconcile()
     assert list(second.store.items(TASK)) == task_ids
 
 
@@ -196,12 +196,12 @@ def test_layout_1_state_is_upgraded_to_one_record_per_task_and_nothing_is_lost(t
         ("TASK_RUNNING", "agent-1-S0", ["GPU-aaaa"], 1)
     assert scheduler.task(RUNNING).spec.to_json() == scheduler.task(RUNNING).spec.from_json(
         v1_spec(RUNNING)).to_json()
-    registry = Registry(store, EventBus())
-    Reconciler(registry, scheduler)
-    with registry.lock:
-        shown = {t.id: task_json(t) for t in registry.tasks.values()}
-        assert [t.id for t in registry.live_tasks("/vision/train")] == [RUNNING]
-        queued = registry.queued()
+    group_manager = GroupManager(store, EventBus())
+    InstanceKeeper(group_manager, scheduler)
+    with group_manager.lock:
+        shown = {t.id: task_json(t) for t in group_manager.tasks.values()}
+        assert [t.id for t in group_manager.live_tasks("/vision/train")] == [RUNNING]
+        queued = group_manager.queued()
     assert set(shown) == {QUEUED, RUNNING}                           # batch.1 is not an app's
     assert shown[RUNNING]["stagedAt"] == "2026-11-23T20:08:14.592Z"  # the API's old stagedAt
     assert shown[RUNNING]["version"] == V1_APP["version"] and shown[RUNNING]["host"] == "gpu-node-7"
@@ -260,5 +260,5 @@ def test_framework_started_on_a_layout_1_state_serves_its_tasks(start_framework,
     assert [d["affectedApps"] for d in api.get("/v2/deployments").json] == [["/vision/train"]]
     assert api.get("/v2/apps/vision/train/versions").json == {"versions": [V1_APP["version"]]}
     assert [g["id"] for g in api.get("/v2/groups").json["groups"]] == ["/vision"]
-    service.reconciler.reconcile()
+    service.instance_keeper.reconcile()
     assert set(service.store.items(TASK)) == {QUEUED, RUNNING, "batch.1"}   # none added, none lost
