@@ -1,5 +1,6 @@
-"""Health: the Mesos-level health checks (health_check) and the probes they and
-Marathon's checks use (probes), the agent daemons' GPU health as the framework
-sees it (gpu_health), and a task's GPU usage (gpu_usage).
+"""The agents' GPUs as the framework sees them: each agent daemon's GPU health
+(gpu_health) and a task's GPU usage as its executor reports it (gpu_usage).
+Task health checks are another thing: framework/tasks (the probes) and
+framework/marathon/core/task_health.py.
 
-Must not: import the scheduler or the Marathon API."""
+Must not: import the scheduler or an API family."""

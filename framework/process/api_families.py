@@ -7,12 +7,17 @@ lead: their routes go on one router, their background loops come back to the
 process (framework_process.py), which starts them while it leads and stops them,
 in reverse, when it stops. To add a family (Metronome's /v1/jobs as
 framework/jobs/): one `_<family>(process, router)` function below that builds its
-core over `process.store` and `process.events`, registers its routes on `router`
+core over the `Process`'s store and event bus, registers its routes on `router`
 and returns its loops, and one line in `mount`.
 """
-from typing import TYPE_CHECKING, List, Protocol, Tuple
+import argparse
+from dataclasses import dataclass
+from typing import Any, List, Protocol, Tuple
 
+from framework.http.events import EventBus
+from framework.http.metrics import Metrics
 from framework.http.routing import Router
+from framework.http.security import DockerPolicy
 from framework.marathon.api.context import ApiContext
 from framework.marathon.api.http_api import MarathonApi
 from framework.marathon.core.group_manager import GroupManager
@@ -25,8 +30,20 @@ from framework.ui.gpu_details import gpu_details
 from framework.ui.nodes import NodesView
 from framework.ui.static_files import StaticFiles
 
-if TYPE_CHECKING:
-    from framework.process.framework_process import FrameworkProcess
+
+class Process(Protocol):
+    """What the families are built over: the leading process's parts (framework_process.py)."""
+    args: argparse.Namespace
+    store: Any                  # framework.state: SQLite, or ZooKeeper's loaded state
+    events: EventBus
+    metrics: Metrics
+    policy: DockerPolicy
+    leadership: Any             # framework.ha.leadership
+    scheduler: Any              # framework.scheduling.scheduler.GpuScheduler
+
+    def info(self) -> dict: ...
+
+    def gpu_sharing(self) -> dict: ...
 
 
 class Loop(Protocol):
@@ -36,40 +53,53 @@ class Loop(Protocol):
     def stop(self) -> None: ...
 
 
-def mount(process: "FrameworkProcess") -> Tuple[MarathonApi, List[Loop]]:
+@dataclass(frozen=True)
+class Marathon:
+    """Marathon's core, as the process and its metrics read it."""
+    group_manager: GroupManager
+    instance_keeper: InstanceKeeper
+    task_health: TaskHealthMonitor
+    readiness: ReadinessMonitor
+
+    @property
+    def loops(self) -> List[Loop]:
+        return [self.instance_keeper, self.task_health, self.readiness]
+
+
+def mount(process: Process) -> Tuple[MarathonApi, List[Loop], Marathon]:
     """Every family over the leader's state: the API that serves them all (it counts
-    each request in /metrics) and the loops of their cores, in start order."""
-    api, loops = _marathon(process)
-    _dashboard(process, api.router)
-    return api, loops
+    each request in /metrics), the loops of their cores in start order, and
+    Marathon's core."""
+    api, marathon = _marathon(process)
+    _dashboard(process, api.router, marathon.group_manager)
+    return api, marathon.loops, marathon
 
 
-def _marathon(process: "FrameworkProcess") -> Tuple[MarathonApi, List[Loop]]:
+def _marathon(process: Process) -> Tuple[MarathonApi, Marathon]:
     """Marathon's /v2 (framework/marathon/): the group manager over the store, the
     instance keeper handing its instances to the scheduler, task health and readiness."""
     group_manager = GroupManager(process.store, process.events)
-    process.group_manager = group_manager
-    process.task_health = TaskHealthMonitor(group_manager, on_result=lambda healthy: (
+    task_health = TaskHealthMonitor(group_manager, on_result=lambda healthy: (
         scheduler_metrics.count_health_check(process.metrics, healthy)))
-    process.readiness = ReadinessMonitor(group_manager)
-    process.instance_keeper = InstanceKeeper(group_manager, process.scheduler,
-                                             process.leadership.is_leader,
-                                             default_user=process.args.mesos_user)
+    readiness = ReadinessMonitor(group_manager)
+    keeper = InstanceKeeper(group_manager, process.scheduler, process.leadership.is_leader,
+                            default_user=process.args.mesos_user)
+    marathon = Marathon(group_manager, keeper, task_health, readiness)
     api = MarathonApi(ApiContext.build(group_manager, process.policy, process.info,
                                        process.leadership, process.metrics))
     api.context.gpu_health = getattr(process.scheduler, "gpu_health", None)
     # beside /v2/info, not in it: Marathon clients (marathon-python) refuse keys of
     # /v2/info they do not know
     api.context.gpu_sharing = process.gpu_sharing
-    return api, [process.instance_keeper, process.task_health, process.readiness]
+    return api, marathon
 
 
-def _dashboard(process: "FrameworkProcess", router: Router) -> None:
+def _dashboard(process: Process, router: Router, group_manager: GroupManager) -> None:
     """The dashboard (framework/ui/): its page and files, /v1/nodes over Marathon's
     tasks and the agents the scheduler has seen; no loop of its own."""
     gpu_health = getattr(process.scheduler, "gpu_health", None)
     if gpu_health is not None:      # the dashboard follows GPU health live
         gpu_health.on_change(
             lambda agents: process.events.publish("gpu_health_changed_event", agentIds=agents))
-    ui.register(router, NodesView(process.group_manager, getattr(process.scheduler, "agents", None),
+    ui.register(router, NodesView(group_manager, getattr(process.scheduler, "agents", None),
                                   gpu_details(gpu_health)), StaticFiles())

@@ -288,7 +288,9 @@ class FrameworkProcess:
         supervisor = getattr(self.scheduler, "supervisor", None)
         if supervisor is not None:      # no Mesos call, no (re)subscription unless leading
             supervisor.may_act = self.leadership.is_leader
-        self.api, self.loops = api_families.mount(self)
+        self.api, self.loops, marathon = api_families.mount(self)
+        self.group_manager, self.instance_keeper = marathon.group_manager, marathon.instance_keeper
+        self.task_health, self.readiness = marathon.task_health, marathon.readiness
         # a leader's new scheduler replaces the last one's gauges; counters go on.
         # They read self.scheduler, cleared when this instance steps down: one
         # that does not lead reports no task counts of its past.
