@@ -9,7 +9,10 @@ TOP = ("common", "volumes", "isolator", "framework", "localcluster", "mesos_gpu"
 # a word with a `/` or a file suffix the project keeps (globs allowed), or a dotted module
 PATH = re.compile(r"(?<![\w./<-])((?:[A-Za-z_*.][\w*<>.-]*/)+(?:[\w*<>.-]+)?"
                   r"|[A-Za-z_*][\w*-]*\.(?:py|md|sh|c|js|html|css))(?![\w/-])")
-MODULE = re.compile(rf"(?<![\w./-])((?:{'|'.join(TOP)})(?:\.\w+)+)(?![\w/-])")
+SUFFIX = re.compile(r"\.(?:py|md|sh|c|js|html|css)$")
+# dotted modules; `mesos_gpu.` is also the metrics' namespace (mesos_gpu.tasks.running.gauge)
+MODULE = re.compile(rf"(?<![\w./-])((?:{'|'.join(t for t in TOP if t != 'mesos_gpu')})(?:\.\w+)+)"
+                    r"(?![\w/-])")
 
 
 def named_paths(text: str):
@@ -22,13 +25,15 @@ def named_paths(text: str):
                 continue                                # /v2/apps, /v1/health: API paths
             if "<" in token:                            # nvidia_<version>: a pattern of names
                 continue
+            if token.split("/")[0] not in TOP and not SUFFIX.search(token):
+                continue                                # linux/amd64, put/delete: words
             yield number, token
         for match in MODULE.finditer(line):
             yield number, match.group(1)
 
 
 def exists(token: str) -> bool:
-    if re.fullmatch(r"(?:\w+\.)+\w+", token) and not re.search(r"\.(py|md|sh|c|js|html|css)$", token):
+    if re.fullmatch(r"(?:\w+\.)+\w+", token) and not SUFFIX.search(token):
         parts = token.split(".")                        # a dotted module (or a name in one)
         return any((REPO.joinpath(*parts[:n]).with_suffix(".py")).exists() or
                    (REPO.joinpath(*parts[:n]) / "__init__.py").exists()
@@ -37,8 +42,7 @@ def exists(token: str) -> bool:
     if token.split("/")[0] in TOP or token.split("/")[0] in (".localcluster",):
         return any(REPO.glob(token)) if "*" in token else (REPO / token).exists()
     # relative to a package the sentence names (node_check/run.py, cuda_compat.py)
-    return any(p for p in REPO.glob(f"**/{token}") if ".venv" not in p.parts
-               and ".localcluster" not in p.parts)
+    return any(any((REPO / top).glob(f"**/{token}")) for top in TOP)
 
 
 def test_every_path_architecture_names_exists():

@@ -1,32 +1,10 @@
 """Each agent's GPU health, as the framework knows it: no GPU work for a sick GPU.
 
-The Mesos agent keeps offering its `gpus` as they are (Mesos does not know a GPU
-went bad); the agent daemon knows. How the framework learns it (the design):
-
-- each agent daemon started with --metrics_address serves GET /v1/health
-  (isolator/api.py NodeHealth) over read-only HTTP, and `mesos-gpu agent flags`
-  gives its Mesos agent the attribute `gpu_metrics_port:<port>`;
-- this view lists the agents from the leading master (/master/slaves: the
-  attribute, and the agent's IP from its pid `slave(1)@IP:PORT`), every
-  AGENTS_INTERVAL and at once when an offer comes from an agent it has not
-  listed, and reads every such daemon's /v1/health every --gpu_health_interval
-  (and at once after a task failed for a GPU fault);
-- a GPU that is not healthy and that no container holds is counted in the
-  offer's free `gpus` by Mesos but can go to no task: the matcher takes those
-  off the offer (`unusable()`), so a task is never launched to fail at prepare
-  because the only free GPU is sick. The daemon refusing sick GPUs (409, the
-  task retried) stays the backstop.
-
-Why this and not the executors reporting: an agent with no task running has no
-executor, and its sick GPU is exactly what the next task must not get. Why it
-holds through restarts: the daemon keeps GPU health on disk (health.json), so
-a restarted daemon answers the same; an agent restart changes neither its
-attributes nor its daemon; a restarted framework asks every agent afresh before
-its first offers (the master's list at start). A daemon that does not answer
-keeps its last report (marked with the error): a GPU that was sick is not
-believed healed until the daemon says so; one never heard from counts as
-healthy (the daemon still refuses a sick GPU). The lists a framework reads are
-one small JSON document per agent per interval.
+The Mesos agent keeps offering a GPU that went bad; its agent daemon knows. This
+view reads every daemon's GET /v1/health (found through the master's agent list
+and their `gpu_metrics_port` attribute) and the matcher takes the free GPUs that
+are not healthy off the offers (`unusable()`). Why daemons and not executors, and
+how it holds through restarts: ARCHITECTURE.md, "GPU health in the framework".
 """
 import json
 import logging

@@ -1,23 +1,8 @@
 """The scheduler's series in the framework's /metrics (framework/http/metrics.py
-serves them, as Marathon's JSON or as Prometheus text).
-
-Names in Marathon's manner (dotted, then the type, then the unit), under
-`mesos_gpu.`; in Prometheus the dots become underscores
-(`mesos_gpu_tasks_running_gauge`):
-
-- tasks by state: `mesos_gpu.tasks.<state>.gauge` for pending (waiting for an
-  offer) and each Mesos state (`running`, `staging`, `failed`, ...);
-- offers: `mesos_gpu.offers.received.gauge`, every offer since start;
-- launches: `mesos_gpu.tasks.launched.counter` and the time from the launch
-  (TASK_STAGING) to TASK_RUNNING, `mesos_gpu.tasks.launch.duration.timer.seconds`;
-- health-check results, `mesos_gpu.tasks.health_checks.healthy.counter` /
-  `.unhealthy.counter`: those the executors report in status updates
-  (`healthy`, Mesos-level checks) and each result of the framework's own
-  HTTP/HTTPS/TCP checks (framework.marathon.core.task_health; failures within
-  the grace period and ignored 1xx answers are no result, as in Marathon);
-- GPU health (framework.gpus.gpu_health): agents reporting and not answering, GPUs
-  not healthy, those kept from tasks (free but not healthy), and tasks that failed
-  because their GPU went bad (`mesos_gpu.tasks.gpu_faults.counter`).
+serves them, as Marathon's JSON or as Prometheus text): tasks by state, offers,
+launches and their duration, health-check results, GPU health. Names in
+Marathon's manner under `mesos_gpu.`; the list: ARCHITECTURE.md, "Metrics of the
+framework".
 """
 import threading
 import time

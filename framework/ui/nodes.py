@@ -1,36 +1,10 @@
 """`GET /v1/nodes`: every agent the framework has seen, its GPUs and which task
 holds each one, for the dashboard's nodes view and for scripts.
 
-Read-only, built from what the framework already has: the agents seen in
-offers (framework.scheduling.agent_inventory: attributes, GPU count, every GPU UUID a
-task was granted there) and the live task records (the group manager's, with
-their granted GPU UUIDs). Nothing is invented: a free GPU whose UUID no task
-has reported is a tile without a UUID, and says so.
-
-    {"nodes": [{"id", "hostname", "state": "active" | "lost" | "tasks-only",
-                "gpuType", "gpuModel", "gpuTypes", "gpuMemoryMb",
-                "computeCapability", "nvidiaDriver", "cudaDriver",
-                "platformFeatures", "region", "zone", "attributes",
-                "healthError", "healthReportedAt",
-                "firstSeen", "lastOfferAt", "lostAt", "offered",
-                "gpuCount", "gpusHeld", "gpusFree", "gpusUnhealthy",
-                "gpus": [{"uuid": "GPU-..." | "MIG-..." | null,
-                          "state": "held" | "free" | "unhealthy" | "shared",
-                          "profile",                             # a MIG device's
-                          "taskId", "appId", "taskState",        # held
-                          "health", "reason", "utilization",     # when the
-                          "memory": {"usedMb", "totalMb"}}]}],   #  node publishes
-     "generatedAt"}
-
-Per-GPU health comes from `gpu_details` when one is given: agent id ->
-{"gpus": {uuid: {"health", "reason"}}, "error", "reportedAt"}
-(framework/ui/gpu_details.py: the agent daemons' health as
-framework.gpus.gpu_health reads it; a daemon that stopped answering is said on its
-node as `healthError`, its last report standing; a GPU not healthy that no task
-holds is an "unhealthy" tile, whether the daemon calls it unhealthy or
-probing); a held GPU's utilisation and memory are its task's, as the
-executor reports them (the record's `gpu_usage`, framework.gpus.gpu_usage).
-Without either the tiles carry no such fields.
+Read-only, built from the agents seen in offers and the live task records, with
+each GPU's health and usage when the daemons and executors report them; nothing
+is invented (a free GPU no task reported has no UUID, and says so). The JSON it
+answers: ARCHITECTURE.md, "GET /v1/nodes".
 """
 import json
 from typing import Any, Dict, List, Mapping, Optional, Tuple

@@ -1,29 +1,8 @@
-"""Task health as the Marathon API shows it, and the health checks the
-framework runs itself.
-
-Two sources, one view (`results`, `healthy`), as Marathon 1.10's
-HealthCheckManager gives it:
-
-- Mesos-level checks (COMMAND, MESOS_*): the executor runs them and reports
-  `healthy` in the task's status updates; the scheduler keeps it in the task's
-  record (`healthy`, `health`), stored with it, so it survives a restart;
-- Marathon-level checks (HTTP, HTTPS, TCP): run here against the task's host
-  and host port (`port`, else the host port at `portIndex`), every
-  `intervalSeconds` from the task's start, by a small pool of threads.
-  As in Marathon's HealthCheckActor: 200-399 is alive (1xx ignored with
-  `ignoreHttp1xx`); a failure is not counted while no check has passed and
-  the task started less than `gracePeriodSeconds` ago; after
-  `maxConsecutiveFailures` counted failures (0: never; Marathon itself kills
-  one failure later than its documentation says, we kill as documented and as
-  the Mesos-level checks do) the task is killed
-  (`unhealthy_instance_kill_event`) and the instance keeper replaces it. Results
-  are stored when they change (alive or the failure count), so a restarted
-  framework starts from them instead of from nothing.
-
-Events: `failed_health_check_event`, `health_status_changed_event`,
-`instance_health_changed_event`, `unhealthy_instance_kill_event`.
-A task counts as healthy once every check of its app version has a result and
-all are alive (`tasksHealthy`); unhealthy when any result is not alive.
+"""Task health as the Marathon API shows it, and the health checks the framework
+runs itself (HTTP, HTTPS, TCP), beside the Mesos-level ones the executor runs and
+reports in status updates: one view (`results`, `healthy`), as Marathon 1.10's
+HealthCheckManager gives it. The rules (grace period, consecutive failures, kills,
+events): ARCHITECTURE.md, "Task health checks".
 """
 import logging
 import time

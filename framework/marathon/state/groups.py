@@ -1,24 +1,10 @@
 """Marathon groups: a tree of apps by path id, and what a group body means.
 
-A group is `/a/b`; its apps and groups are the ids one segment below it. The
-root `/` always exists; creating an app (or group) creates the groups on its
-path that are missing, as Marathon does. A group record holds only what is the
-group's own: `id`, `dependencies`, `version` (apps and subgroups follow from
-the ids).
-
-A group body (`POST`/`PUT /v2/groups`, Marathon's GroupUpdate) is read in one
-pass, every violation reported at once with its path (`/apps(0)/id`,
-`/groups(1)/apps(0)/cpus`). It says, for the group it names:
-
-- `apps` (if given): exactly these apps, full definitions (others go);
-- `groups` (if given): exactly these subgroups, each a group body (others go,
-  with everything in them);
-- `dependencies` (if given): what every app in the group waits for;
-- or only `version`: the group as it was then (rollback), or only `scaleBy`:
-  every app below it scaled by that factor.
-
-`dependencies` (of apps and groups) order deployments: an app starts after
-the apps it depends on, and the apps of the groups it depends on.
+A group record holds only what is the group's own (`id`, `dependencies`,
+`version`); its members follow from the ids. A group body (Marathon's
+GroupUpdate) is read in one pass, every violation reported with its path. What
+each field of a body means, and how dependencies order a deployment:
+ARCHITECTURE.md, "Groups".
 """
 import math
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
