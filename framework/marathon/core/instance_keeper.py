@@ -23,6 +23,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from framework.marathon.core import deployments
 from framework.marathon.core import task_builder
 from framework.marathon.core.deployments import START, STOP
+from framework.marathon.state.upgrade_strategy import UpgradeStrategy
 from framework.marathon.core.group_manager import Backoff, GroupManager
 from framework.scheduling.task_record import FAILED_STATES, RUNNING, TaskRecord
 from framework.tasks.task_spec import TaskSpec
@@ -241,9 +242,9 @@ class InstanceKeeper:
         if len(current) > target:
             kills.extend(self._pick_victims(app, current, len(current) - target))
             current = [t for t in current if t not in kills]
-        strategy = app["upgradeStrategy"]
-        min_healthy = math.ceil(target * strategy["minimumHealthCapacity"])
-        max_total = target + math.floor(target * strategy["maximumOverCapacity"])
+        strategy = UpgradeStrategy.from_json(app["upgradeStrategy"])
+        min_healthy = math.ceil(target * strategy.minimum_health_capacity)
+        max_total = target + math.floor(target * strategy.maximum_over_capacity)
         running_current = sum(1 for t in current if self._up(app, t))
         running_old = sum(1 for t in old if t.state == RUNNING)
         for task in sorted(old, key=lambda t: t.state == RUNNING):

@@ -18,6 +18,7 @@ from typing import Dict, List, Optional, Set, Tuple
 from framework.tasks import probes
 from framework.marathon.core.check_runner import TICK_SECONDS, CheckRunner
 from framework.marathon.core.task_health import host_port
+from framework.marathon.state.readiness_checks import ReadinessCheck
 from framework.marathon.core.group_manager import GroupManager
 from framework.scheduling.task_record import RUNNING, TaskRecord
 
@@ -83,15 +84,15 @@ class ReadinessMonitor(CheckRunner):
                 if app.get("healthChecks") and r.task_health is not None \
                         and r.task_health.healthy(task) is not True:
                     continue                  # Marathon asks healthy tasks only
-                check = app["readinessChecks"][0]
+                check = ReadinessCheck.from_json(app["readinessChecks"][0])
                 if self._due.get(task.id, 0.0) > now:
                     continue
-                self._due[task.id] = now + max(check["intervalSeconds"], TICK_SECONDS)
+                self._due[task.id] = now + max(check.interval_seconds, TICK_SECONDS)
                 self._in_flight.add(task.id)
                 jobs.append((self._check, (task.copy(), app, check)))
         return jobs
 
-    def _check(self, task: TaskRecord, app: dict, check: dict) -> None:
+    def _check(self, task: TaskRecord, app: dict, check: ReadinessCheck) -> None:
         try:
             result = self._probe(task, app, check)
             with self.group_manager.lock:
@@ -108,19 +109,19 @@ class ReadinessMonitor(CheckRunner):
             with self.group_manager.lock:
                 self._in_flight.discard(task.id)
 
-    def _probe(self, task: TaskRecord, app: dict, check: dict) -> dict:
-        result: dict = {"name": check["name"], "taskId": task.id, "ready": False}
-        port = port_named(app, task, check["portName"])
+    def _probe(self, task: TaskRecord, app: dict, check: ReadinessCheck) -> dict:
+        result: dict = {"name": check.name, "taskId": task.id, "ready": False}
+        port = port_named(app, task, check.port_name)
         if not task.hostname or port is None:
             return result
         try:
-            answer = probes.http_get(task.hostname, port, check["path"],
-                                     check["protocol"] == "HTTPS", float(check["timeoutSeconds"]))
+            answer = probes.http_get(task.hostname, port, check.path,
+                                     check.protocol == "HTTPS", float(check.timeout_seconds))
         except probes.ProbeError as e:
             log.info("readiness check of %s: %s", task.id, e)
             return result
-        result["ready"] = answer.status in check["httpStatusCodesForReady"]
-        if check["preserveLastResponse"]:
+        result["ready"] = answer.status in check.http_status_codes_for_ready
+        if check.preserve_last_response:
             result["lastResponse"] = {"status": answer.status,
                                       "contentType": answer.content_type,
                                       "body": answer.body.decode(errors="replace")}

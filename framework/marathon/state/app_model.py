@@ -19,7 +19,7 @@ from framework.tasks.container_options import reserved_parameter
 from framework.tasks.fetch_uri import extractable
 from framework.marathon.state import health_checks
 from framework.marathon.state import path_ids as ids
-from framework.marathon.state import readiness_checks
+from framework.marathon.state import readiness_checks, upgrade_strategy
 from framework.http.json_reader import Reader, child
 from framework.http.security import DockerPolicy, refusal
 from framework.http.validation import Violations
@@ -32,7 +32,6 @@ DEFAULTS = {
     "backoffSeconds": 1, "backoffFactor": 1.15, "maxLaunchDelaySeconds": 300,
     "executor": "", "requirePorts": False, "killSelection": "YOUNGEST_FIRST", "role": "*",
 }
-DEFAULT_UPGRADE_STRATEGY = {"minimumHealthCapacity": 1.0, "maximumOverCapacity": 1.0}
 DEFAULT_UNREACHABLE_STRATEGY = {"inactiveAfterSeconds": 0, "expungeAfterSeconds": 0}
 DEFAULT_PORT_DEFINITION = {"port": 0, "protocol": "tcp", "name": "default"}
 NETWORK_MODES = ("host", "container/bridge", "container")
@@ -220,7 +219,7 @@ def _read_scheduling(r: Reader, body: dict, app: dict) -> None:
                                       DEFAULTS["killSelection"])
     app["upgradeStrategy"] = r.optional(body, "upgradeStrategy", "/",
                                         lambda x, p: _read_upgrade_strategy(r, x, p),
-                                        dict(DEFAULT_UPGRADE_STRATEGY))
+                                        dict(upgrade_strategy.DEFAULT_JSON))
     app["unreachableStrategy"] = r.optional(body, "unreachableStrategy", "/",
                                             lambda x, p: _read_unreachable(r, x, p),
                                             dict(DEFAULT_UNREACHABLE_STRATEGY))
@@ -234,12 +233,8 @@ def _read_constraint(r: Reader, value: Any, path: str) -> Optional[list]:
 
 
 def _read_upgrade_strategy(r: Reader, value: Any, path: str) -> Optional[dict]:
-    table = r.obj(value, path)
-    if table is None:
-        return None
-    out = {name: r.optional(table, name, path, lambda x, p: r.number(x, p, 0.0, 1.0), default)
-           for name, default in DEFAULT_UPGRADE_STRATEGY.items()}
-    return None if None in out.values() else out
+    strategy = upgrade_strategy.read(r, value, path)
+    return None if strategy is None else strategy.to_json()
 
 
 def _read_unreachable(r: Reader, value: Any, path: str) -> Any:

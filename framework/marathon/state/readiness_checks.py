@@ -2,7 +2,8 @@
 (`types/readinessCheck.raml`, `core/readiness/ReadinessCheck.scala`,
 `AppValidation.complyWithReadinessCheckRules`). The framework runs them on the
 new tasks of a deployment (framework.marathon.core.readiness)."""
-from typing import Any, List, Optional
+from dataclasses import dataclass
+from typing import Any, List, Optional, Tuple
 
 from framework.http.json_reader import Reader
 
@@ -10,6 +11,33 @@ DEFAULTS = {"name": "readinessCheck", "protocol": "HTTP", "path": "/", "portName
             "intervalSeconds": 30, "timeoutSeconds": 10, "httpStatusCodesForReady": [200],
             "preserveLastResponse": False}
 PROTOCOLS = ("HTTP", "HTTPS")
+
+
+@dataclass(frozen=True)
+class ReadinessCheck:
+    """One readiness check; `to_json` is Marathon's JSON of it, fields in its order."""
+    name: str = "readinessCheck"
+    protocol: str = "HTTP"
+    path: str = "/"
+    port_name: str = "http-api"
+    interval_seconds: int = 30
+    timeout_seconds: int = 10
+    http_status_codes_for_ready: Tuple[int, ...] = (200,)
+    preserve_last_response: bool = False
+
+    @classmethod
+    def from_json(cls, value: dict) -> "ReadinessCheck":
+        """From a stored app (canonical JSON, already read and checked)."""
+        return cls(value["name"], value["protocol"], value["path"], value["portName"],
+                   value["intervalSeconds"], value["timeoutSeconds"],
+                   tuple(value["httpStatusCodesForReady"]), value["preserveLastResponse"])
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "protocol": self.protocol, "path": self.path,
+                "portName": self.port_name, "intervalSeconds": self.interval_seconds,
+                "timeoutSeconds": self.timeout_seconds,
+                "httpStatusCodesForReady": list(self.http_status_codes_for_ready),
+                "preserveLastResponse": self.preserve_last_response}
 
 
 def read(r: Reader, value: Any, path: str) -> Optional[dict]:
@@ -34,7 +62,7 @@ def read(r: Reader, value: Any, path: str) -> Optional[dict]:
         "preserveLastResponse": r.optional(table, "preserveLastResponse", path, r.boolean,
                                            DEFAULTS["preserveLastResponse"]),
     }
-    return None if None in check.values() else check
+    return None if None in check.values() else ReadinessCheck.from_json(check).to_json()
 
 
 def check_rules(checks: List[dict], port_names: set, v: Any) -> None:
