@@ -11,7 +11,8 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from framework.tasks import probes
 from framework.marathon.core.check_runner import TICK_SECONDS, CheckRunner
-from framework.marathon.state.health_checks import FRAMEWORK_PROTOCOLS, MESOS_PROTOCOLS
+from framework.marathon.state.health_checks import MESOS_PROTOCOLS
+from framework.marathon.state.health_checks import HealthCheckDefinition
 from framework.marathon.core.group_manager import GroupManager
 from framework.scheduling.task_record import RUNNING, TaskRecord
 from framework.tasks.timestamps import format_timestamp
@@ -81,21 +82,26 @@ class TaskHealthMonitor(CheckRunner):
                 log.warning("dropping unreadable health of task %s: %s", task_id, e)
         self._due: Dict[Tuple[str, int], float] = {}
         self._in_flight: Set[Tuple[str, int]] = set()
-        self._checks_of_version: Dict[Tuple[str, str], List[dict]] = {}
+        self._checks_of_version: Dict[Tuple[str, str], List[HealthCheckDefinition]] = {}
 
     # -- what the API shows (callers hold the group manager's lock) ---------------------------
-    def checks_of(self, task: TaskRecord) -> List[dict]:
-        """The health checks of the app version that launched `task`."""
+    def checks_of(self, task: TaskRecord) -> List[HealthCheckDefinition]:
+        """The health checks of the app version that launched `task` (read once per
+        app configuration: a change of checks is a change of configuration)."""
         app = self.group_manager.apps.get(task.app_id)
         if app is None:
             return []
-        if app["versionInfo"]["lastConfigChangeAt"] == task.config_version or not task.app_version:
-            return app.get("healthChecks") or []
-        key = (task.app_id, task.app_version)
+        current = app["versionInfo"]["lastConfigChangeAt"]
+        if current == task.config_version or not task.app_version:
+            key, source = (task.app_id, current), app
+        else:
+            key, source = (task.app_id, task.app_version), None
         checks = self._checks_of_version.get(key)
         if checks is None:
-            old = self.group_manager.history.app_at(task.app_id, task.app_version) or app
-            checks = self._checks_of_version[key] = old.get("healthChecks") or []
+            if source is None:
+                source = self.group_manager.history.app_at(task.app_id, task.app_version) or app
+            checks = self._checks_of_version[key] = [
+                HealthCheckDefinition.from_json(c) for c in source.get("healthChecks") or []]
         return checks
 
     def results(self, task: TaskRecord) -> List[Health]:
@@ -103,7 +109,7 @@ class TaskHealthMonitor(CheckRunner):
         out = []
         mine = self._results.get(task.id, {})
         for i, check in enumerate(self.checks_of(task)):
-            if check["protocol"] in MESOS_PROTOCOLS:
+            if check.protocol in MESOS_PROTOCOLS:
                 health = Health.from_record(task)
             else:
                 health = mine.get(i)
@@ -143,7 +149,8 @@ class TaskHealthMonitor(CheckRunner):
         now = Health.from_record(record)
         if now is None:
             return
-        check = next((c for c in self.checks_of(record) if c["protocol"] in MESOS_PROTOCOLS), {})
+        check = next((c.to_json() for c in self.checks_of(record)
+                      if c.protocol in MESOS_PROTOCOLS), {})
         if now.consecutive_failures > (was.consecutive_failures if was else 0):
             self.group_manager.events.publish("failed_health_check_event", appId=record.app_id,
                                          taskId=record.id, instanceId=record.id,
@@ -169,24 +176,24 @@ class TaskHealthMonitor(CheckRunner):
                         or task.id in self.group_manager.kill_requested:
                     continue
                 for i, check in enumerate(self.checks_of(task)):
-                    if check["protocol"] not in FRAMEWORK_PROTOCOLS:
+                    if not check.run_by_framework:
                         continue
                     key = (task.id, i)
                     live.add(key)
                     due = self._due.get(key)
                     if due is None:
                         started = task.started_at or now
-                        due = self._due[key] = started + min(check["intervalSeconds"],
+                        due = self._due[key] = started + min(check.interval_seconds,
                                                              FIRST_CHECK_AFTER)
                     if due <= now and key not in self._in_flight:
                         self._in_flight.add(key)
-                        self._due[key] = now + max(check["intervalSeconds"], TICK_SECONDS)
+                        self._due[key] = now + max(check.interval_seconds, TICK_SECONDS)
                         jobs.append((self._check, (task.copy(), i, check)))
             for key in set(self._due) - live:
                 del self._due[key]
         return jobs
 
-    def _check(self, task: TaskRecord, index: int, check: dict) -> None:
+    def _check(self, task: TaskRecord, index: int, check: HealthCheckDefinition) -> None:
         try:
             outcome, cause = self._probe(task, check)
             with self.group_manager.lock:
@@ -199,30 +206,30 @@ class TaskHealthMonitor(CheckRunner):
             with self.group_manager.lock:
                 self._in_flight.discard((task.id, index))
 
-    def _probe(self, task: TaskRecord, check: dict) -> Tuple[Optional[bool], str]:
+    def _probe(self, task: TaskRecord, check: HealthCheckDefinition) -> Tuple[Optional[bool], str]:
         """(True alive / False not / None ignored, the failure's cause)."""
         host = task.hostname
-        port = check.get("port")
+        port = check.port
         if port is None:
-            port = host_port(task, check.get("portIndex", 0))
+            port = host_port(task, check.port_index or 0)
         if not host or not port:
             return False, "Health check failed: unable to get the task's effectivePort"
-        timeout = float(check["timeoutSeconds"])
+        timeout = float(check.timeout_seconds)
         try:
-            if check["protocol"] == "TCP":
+            if check.protocol == "TCP":
                 probes.tcp_connect(host, port, timeout)
                 return True, ""
-            answer = probes.http_get(host, port, check.get("path") or "/",
-                                     check["protocol"] == "HTTPS", timeout)
+            answer = probes.http_get(host, port, check.path or "/",
+                                     check.protocol == "HTTPS", timeout)
         except probes.ProbeError as e:
             return False, str(e)
         if 200 <= answer.status < 400:
             return True, ""
-        if check.get("ignoreHttp1xx") and 100 <= answer.status < 200:
+        if check.ignore_http_1xx and 100 <= answer.status < 200:
             return None, ""
         return False, f"{answer.status} {answer.reason}".strip()
 
-    def _record(self, task: TaskRecord, index: int, check: dict, alive: Optional[bool],
+    def _record(self, task: TaskRecord, index: int, check: HealthCheckDefinition, alive: Optional[bool],
                 cause: str) -> None:
         """One result, as HealthCheckActor.handleHealthResult (group manager's lock held)."""
         if alive is None:
@@ -238,15 +245,15 @@ class TaskHealthMonitor(CheckRunner):
             health.consecutive_failures = 0
         else:
             in_grace = health.first_success is None and \
-                (task.started_at or now) + check["gracePeriodSeconds"] > now
+                (task.started_at or now) + check.grace_period_seconds > now
             if in_grace:
                 return
             self.group_manager.events.publish("failed_health_check_event", appId=task.app_id,
-                                         taskId=task.id, instanceId=task.id, healthCheck=check)
+                                         taskId=task.id, instanceId=task.id, healthCheck=check.to_json())
             health.last_failure = now
             health.last_failure_cause = cause
             health.consecutive_failures += 1
-            limit = check["maxConsecutiveFailures"]
+            limit = check.max_consecutive_failures
             if limit > 0 and health.consecutive_failures >= limit:
                 self._kill(task, health.consecutive_failures, cause)
         self.on_result(alive)

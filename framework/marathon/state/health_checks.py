@@ -9,6 +9,7 @@ Two kinds, by protocol:
 - Marathon-level (`HTTP`, `HTTPS`, `TCP`): run by the framework against the
   task's host and host port (framework.marathon.core.task_health).
 """
+from dataclasses import dataclass
 from typing import Any, List, Optional
 
 from framework.tasks.health_check import HealthCheck
@@ -25,6 +26,55 @@ PORT_INDEX_INVALID = ("Health check port indices must address an element of the 
 ONE_MESOS_CHECK = "AppDefinition can contain at most one Mesos health check"
 IPV6_LIMITATION = ("IPv6 can only be used for container type DOCKER and Mesos http/https/tcp "
                    "health checks")
+
+
+@dataclass(frozen=True)
+class HealthCheckDefinition:
+    """One of an app's `healthChecks`; `to_json` is Marathon's JSON of it (the keys
+    a protocol has, in the order Marathon writes them)."""
+    protocol: str = "HTTP"
+    grace_period_seconds: int = 300
+    interval_seconds: int = 60
+    timeout_seconds: int = 20
+    max_consecutive_failures: int = 3      # 0: never killed
+    delay_seconds: int = 15
+    ip_protocol: str = "IPv4"
+    command: Optional[str] = None          # COMMAND
+    port: Optional[int] = None
+    port_index: Optional[int] = None
+    path: Optional[str] = None             # HTTP(S), MESOS_HTTP(S)
+    ignore_http_1xx: Optional[bool] = None  # HTTP(S)
+
+    @property
+    def run_by_framework(self) -> bool:
+        return self.protocol in FRAMEWORK_PROTOCOLS
+
+    @classmethod
+    def from_json(cls, value: dict) -> "HealthCheckDefinition":
+        """From a stored app (canonical JSON, already read and checked; a field an
+        older state lacks gets its default)."""
+        return cls(value["protocol"],
+                   value.get("gracePeriodSeconds", DEFAULTS["gracePeriodSeconds"]),
+                   value.get("intervalSeconds", DEFAULTS["intervalSeconds"]),
+                   value.get("timeoutSeconds", DEFAULTS["timeoutSeconds"]),
+                   value.get("maxConsecutiveFailures", DEFAULTS["maxConsecutiveFailures"]),
+                   value.get("delaySeconds", DEFAULTS["delaySeconds"]),
+                   value.get("ipProtocol", "IPv4"),
+                   (value.get("command") or {}).get("value"), value.get("port"),
+                   value.get("portIndex"), value.get("path"), value.get("ignoreHttp1xx"))
+
+    def to_json(self) -> dict:
+        out: dict = {"protocol": self.protocol, "gracePeriodSeconds": self.grace_period_seconds,
+                     "intervalSeconds": self.interval_seconds,
+                     "timeoutSeconds": self.timeout_seconds,
+                     "maxConsecutiveFailures": self.max_consecutive_failures,
+                     "delaySeconds": self.delay_seconds, "ipProtocol": self.ip_protocol}
+        for name, value in (("command", None if self.command is None else {"value": self.command}),
+                            ("port", self.port), ("portIndex", self.port_index),
+                            ("path", self.path), ("ignoreHttp1xx", self.ignore_http_1xx)):
+            if value is not None:
+                out[name] = value
+        return out
 
 
 def read(r: Reader, value: Any, path: str) -> Optional[dict]:
@@ -48,7 +98,7 @@ def read(r: Reader, value: Any, path: str) -> Optional[dict]:
             r.v.rule(child(path, "command"), "a COMMAND health check needs a command")
             return None
         check["command"] = {"value": command}
-        return check
+        return HealthCheckDefinition.from_json(check).to_json()
     if command is not None:
         r.v.rule(path, f"a command is only allowed with protocol COMMAND, not {protocol}")
         return None
@@ -67,7 +117,7 @@ def read(r: Reader, value: Any, path: str) -> Optional[dict]:
         if ignore is None:
             return None
         check["ignoreHttp1xx"] = ignore
-    return check
+    return HealthCheckDefinition.from_json(check).to_json()
 
 
 def _read_command(r: Reader, value: Any, path: str) -> Optional[str]:

@@ -17,6 +17,7 @@ from framework.executor.health import HealthChecker
 from framework.tasks.health_check import HealthCheck
 from framework.http.events import EventBus
 from framework.marathon.core.task_health import TaskHealthMonitor
+from framework.marathon.state.health_checks import HealthCheckDefinition
 from framework.http.metrics import Metrics
 from framework.marathon.core.group_manager import GroupManager
 from framework.tasks.ports import PortRequest
@@ -28,6 +29,11 @@ from tests.bed.waiting import wait_until
 
 CHECK = {"gracePeriodSeconds": 0, "intervalSeconds": 1, "timeoutSeconds": 2,
          "maxConsecutiveFailures": 3, "delaySeconds": 0, "path": "/health"}
+
+
+def typed(check: dict) -> HealthCheckDefinition:
+    """A check as the monitor holds it: its app's JSON, read once."""
+    return HealthCheckDefinition.from_json(check)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -96,11 +102,11 @@ def task_on(*host_ports: int) -> TaskRecord:
 
 def test_framework_https_checks_do_not_verify_the_certificate(monitor, https_port):
     task = task_on(https_port)
-    assert monitor._probe(task, dict(CHECK, protocol="HTTPS")) == (True, "")
-    alive, cause = monitor._probe(task, dict(CHECK, protocol="HTTPS", path="/missing"))
+    assert monitor._probe(task, typed(dict(CHECK, protocol="HTTPS"))) == (True, "")
+    alive, cause = monitor._probe(task, typed(dict(CHECK, protocol="HTTPS", path="/missing")))
     assert alive is False and cause == "503 Service Unavailable"
     # plain HTTP against the TLS port is no answer
-    alive, cause = monitor._probe(task, dict(CHECK, protocol="HTTP"))
+    alive, cause = monitor._probe(task, typed(dict(CHECK, protocol="HTTP")))
     assert alive is False and f"127.0.0.1:{https_port}/health" in cause
 
 
@@ -109,12 +115,12 @@ def test_port_index_and_port_pick_the_probed_port(monitor, https_port):
         closed.bind(("127.0.0.1", 0))
         nothing = closed.getsockname()[1]          # no one listens here
     task = task_on(nothing, https_port)
-    assert monitor._probe(task, dict(CHECK, protocol="TCP", portIndex=1)) == (True, "")
-    alive, cause = monitor._probe(task, dict(CHECK, protocol="TCP", portIndex=0))
+    assert monitor._probe(task, typed(dict(CHECK, protocol="TCP", portIndex=1))) == (True, "")
+    alive, cause = monitor._probe(task, typed(dict(CHECK, protocol="TCP", portIndex=0)))
     assert alive is False and f"TCP connect to 127.0.0.1:{nothing}" in cause
-    assert monitor._probe(task, dict(CHECK, protocol="HTTPS", port=https_port)) == (True, "")
+    assert monitor._probe(task, typed(dict(CHECK, protocol="HTTPS", port=https_port))) == (True, "")
     # a port index the task has no host port for
-    alive, cause = monitor._probe(task_on(), dict(CHECK, protocol="TCP", portIndex=0))
+    alive, cause = monitor._probe(task_on(), typed(dict(CHECK, protocol="TCP", portIndex=0)))
     assert alive is False and "effectivePort" in cause
 
 
@@ -122,13 +128,13 @@ def test_ignore_http_1xx(monitor, answering):
     port, state = answering
     task = task_on(port)
     state["status"] = b"102 Processing"
-    assert monitor._probe(task, dict(CHECK, protocol="HTTP", ignoreHttp1xx=True)) == (None, "")
-    assert monitor._probe(task, dict(CHECK, protocol="HTTP", ignoreHttp1xx=False)) == \
+    assert monitor._probe(task, typed(dict(CHECK, protocol="HTTP", ignoreHttp1xx=True))) == (None, "")
+    assert monitor._probe(task, typed(dict(CHECK, protocol="HTTP", ignoreHttp1xx=False))) == \
         (False, "102 Processing")
     state["status"] = b"302 Found"
-    assert monitor._probe(task, dict(CHECK, protocol="HTTP"))[0] is True
+    assert monitor._probe(task, typed(dict(CHECK, protocol="HTTP")))[0] is True
     state["status"] = b"500 Internal Server Error"
-    assert monitor._probe(task, dict(CHECK, protocol="HTTP", ignoreHttp1xx=True)) == \
+    assert monitor._probe(task, typed(dict(CHECK, protocol="HTTP", ignoreHttp1xx=True))) == \
         (False, "500 Internal Server Error")
 
 
@@ -177,23 +183,23 @@ def test_each_result_of_the_frameworks_own_checks_is_counted_in_the_metrics(tmp_
         group_manager.tasks[task.id] = task
         http = dict(CHECK, protocol="HTTP", maxConsecutiveFailures=0, gracePeriodSeconds=300)
         state["status"] = b"500 Internal Server Error"
-        monitor._check(task, 0, http)                           # in its grace period
+        monitor._check(task, 0, typed(http))                           # in its grace period
         assert counted() == (0, 0)
         state["status"] = b"200 OK"
-        monitor._check(task, 0, http)
-        monitor._check(task, 0, http)
+        monitor._check(task, 0, typed(http))
+        monitor._check(task, 0, typed(http))
         assert counted() == (2, 0)
         state["status"] = b"503 Service Unavailable"            # after a success: no grace
-        monitor._check(task, 0, http)
+        monitor._check(task, 0, typed(http))
         assert counted() == (2, 1)
         state["status"] = b"101 Switching Protocols"
-        monitor._check(task, 0, dict(http, ignoreHttp1xx=True))
+        monitor._check(task, 0, typed(dict(http, ignoreHttp1xx=True)))
         assert counted() == (2, 1)
-        monitor._check(task, 0, dict(http, protocol="TCP"))
+        monitor._check(task, 0, typed(dict(http, protocol="TCP")))
         with socket.socket() as closed:
             closed.bind(("127.0.0.1", 0))
             nothing = closed.getsockname()[1]
-        monitor._check(task, 0, dict(http, protocol="TCP", port=nothing, gracePeriodSeconds=0))
+        monitor._check(task, 0, typed(dict(http, protocol="TCP", port=nothing, gracePeriodSeconds=0)))
         assert counted() == (3, 2)
         # executor-reported results (status updates' `healthy`) go to the same counters
         LaunchClock(metrics).status({"task_id": {"value": task.id}, "healthy": False})
@@ -222,13 +228,13 @@ def test_checks_failing_again_while_the_kill_takes_its_time_kill_once(tmp_path, 
         http = dict(CHECK, protocol="HTTP", maxConsecutiveFailures=2, gracePeriodSeconds=0)
         state["status"] = b"503 Service Unavailable"
         for _ in range(5):
-            monitor._check(task, 0, http)
+            monitor._check(task, 0, typed(http))
         assert kills == [task.id]
         assert published.count("unhealthy_instance_kill_event") == 1
         assert published.count("failed_health_check_event") == 5
         monitor.forget(task.id)                    # it ended; the same id again is new
         for _ in range(2):
-            monitor._check(task, 0, http)
+            monitor._check(task, 0, typed(http))
         assert kills == [task.id, task.id]
     finally:
         store.close()

@@ -10,6 +10,7 @@ import pytest
 from framework.http.security import DockerPolicy
 from framework.http.validation import Violations
 from framework.marathon.state import app_model, upgrade_strategy
+from framework.marathon.state.health_checks import HealthCheckDefinition
 from framework.marathon.state.readiness_checks import ReadinessCheck
 from framework.marathon.state.upgrade_strategy import UpgradeStrategy
 
@@ -73,3 +74,28 @@ def test_a_bad_upgrade_strategy_keeps_marathons_error_shape(strategy, path, erro
     app, errors = read({"id": "/web", "cmd": "serve", "upgradeStrategy": strategy})
     assert app is None and path in errors and any(error in e for e in errors[path]), errors
     assert upgrade_strategy.DEFAULT_JSON == UpgradeStrategy().to_json()
+
+
+@pytest.mark.parametrize("check", [
+    {"protocol": "HTTP", "path": "/health", "portIndex": 1, "ignoreHttp1xx": True},
+    {"protocol": "TCP", "port": 8080, "gracePeriodSeconds": 10},
+    {"protocol": "COMMAND", "command": {"value": "true"}, "maxConsecutiveFailures": 0},
+    {"protocol": "MESOS_HTTPS", "path": "/"},
+])
+def test_health_checks_are_typed_and_written_back_unchanged(check):
+    body = {"id": "/web", "cmd": "serve", "healthChecks": [check],
+            "portDefinitions": [{"port": 0}, {"port": 0}]}
+    app, errors = read(body)
+    assert errors == {}
+    [stored] = app["healthChecks"]
+    typed = HealthCheckDefinition.from_json(stored)
+    assert typed.to_json() == stored and list(typed.to_json()) == list(stored)
+    assert typed.protocol == check["protocol"]
+    assert typed.run_by_framework == (check["protocol"] in ("HTTP", "HTTPS", "TCP"))
+    for name, field in (("path", "path"), ("port", "port"), ("portIndex", "port_index"),
+                        ("gracePeriodSeconds", "grace_period_seconds"),
+                        ("maxConsecutiveFailures", "max_consecutive_failures"),
+                        ("ignoreHttp1xx", "ignore_http_1xx")):
+        if name in check:
+            assert getattr(typed, field) == check[name]
+    assert typed.command == (check.get("command") or {}).get("value")
