@@ -509,15 +509,15 @@ def _default_registry_config() -> Optional[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    service = FrameworkProcess(args).start()
+    process = FrameworkProcess(args).start()
     done = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: done.set())
     try:
-        while not done.wait(0.5) and service.fatal is None:
+        while not done.wait(0.5) and process.fatal is None:
             pass
     finally:
-        service.stop()
-    if service.fatal is not None:
-        raise UserError(service.fatal)
+        process.stop()
+    if process.fatal is not None:
+        raise UserError(process.fatal)
     return 0

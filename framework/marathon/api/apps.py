@@ -35,7 +35,7 @@ class AppsResource:
     def __init__(self, api: ApiContext) -> None:
         self.api = api
         self.group_manager = api.group_manager
-        self.service = api.apps
+        self.changes = api.apps
 
     # -- reading bodies -----------------------------------------------------------------
     def _read(self, raw: Any, app_id: Optional[str] = None) -> dict:
@@ -60,7 +60,7 @@ class AppsResource:
     # -- apps -----------------------------------------------------------------------------
     def create(self, r: Request) -> Response:
         app = self._read(parse_body(r.body))
-        app, plan = self.service.create(app, r.flag("force"))
+        app, plan = self.changes.create(app, r.flag("force"))
         with self.group_manager.lock:
             body = self.api.view.app_json(app, set())
         body.update(tasksStaged=0, tasksRunning=0, tasksHealthy=0, tasksUnhealthy=0,
@@ -85,7 +85,7 @@ class AppsResource:
             v = Violations()
             app = self._merged(raw, app_id, partial, allow_create, v, "/")
             v.raise_if_any()
-            plan, created = self.service.update(app_id, app, r.flag("force"))
+            plan, created = self.changes.update(app_id, app, r.flag("force"))
         response = deployment(plan, 201 if created else 200)
         if created:
             response.headers["Location"] = app_id
@@ -96,7 +96,7 @@ class AppsResource:
         if others or not isinstance(raw["version"], str):
             raise ApiError(422, {"message": "Object is not valid",
                                  "details": [{"path": "/", "errors": [ONLY_VERSION]}]})
-        return deployment(self.service.rollback(app_id, raw["version"], r.flag("force")))
+        return deployment(self.changes.rollback(app_id, raw["version"], r.flag("force")))
 
     def put_many(self, r: Request) -> Response:
         return self._update_many(r, partial=r.flag("partialUpdate", True), allow_create=True)
@@ -137,14 +137,14 @@ class AppsResource:
             if not apps:
                 raise ApiError(422, {"message": "Object is not valid", "details": [
                     {"path": "/", "errors": ["at least one app is required"]}]})
-            plan, _ = self.service.update_many(apps, r.flag("force"))
+            plan, _ = self.changes.update_many(apps, r.flag("force"))
         return deployment(plan)
 
     def delete(self, r: Request, app_id: str) -> Response:
-        return deployment(self.service.delete(ids.canonical(app_id), r.flag("force", default=True)))
+        return deployment(self.changes.delete(ids.canonical(app_id), r.flag("force", default=True)))
 
     def restart(self, r: Request, app_id: str) -> Response:
-        return deployment(self.service.restart(ids.canonical(app_id), r.flag("force")))
+        return deployment(self.changes.restart(ids.canonical(app_id), r.flag("force")))
 
     def list(self, r: Request) -> Response:
         embeds = r.embeds()
@@ -173,10 +173,10 @@ class AppsResource:
             return Response(200, {"app": self.api.view.app_json(app, embeds, r.flag("gpus"))})
 
     def versions(self, r: Request, app_id: str) -> Response:
-        return Response(200, {"versions": self.service.versions(ids.canonical(app_id))})
+        return Response(200, {"versions": self.changes.versions(ids.canonical(app_id))})
 
     def version(self, r: Request, app_id: str, version: str) -> Response:
-        return Response(200, app_model.to_json(self.service.at_version(ids.canonical(app_id),
+        return Response(200, app_model.to_json(self.changes.at_version(ids.canonical(app_id),
                                                                        version)))
 
     # -- tasks ------------------------------------------------------------------------------
@@ -190,7 +190,7 @@ class AppsResource:
 
     def kill_task(self, r: Request, app_id: str, task_id: str) -> Response:
         scale_and_wipe(r)
-        task, plan = self.service.kill_task(ids.canonical(app_id), task_id, r.flag("scale"),
+        task, plan = self.changes.kill_task(ids.canonical(app_id), task_id, r.flag("scale"),
                                             r.flag("force"))
         if plan is not None:
             return deployment(plan)
@@ -199,7 +199,7 @@ class AppsResource:
 
     def kill_tasks(self, r: Request, app_id: str) -> Response:
         scale_and_wipe(r)
-        tasks, plan = self.service.kill_tasks(ids.canonical(app_id), r.text("host"),
+        tasks, plan = self.changes.kill_tasks(ids.canonical(app_id), r.text("host"),
                                               r.flag("scale"), r.flag("force"))
         if plan is not None:
             return deployment(plan)

@@ -36,7 +36,7 @@ class GroupsResource:
     def __init__(self, api: ApiContext) -> None:
         self.api = api
         self.group_manager = api.group_manager
-        self.service = api.groups
+        self.changes = api.groups
 
     def _read(self, r: Request, base: str) -> groups.Update:
         v = Violations()
@@ -60,25 +60,25 @@ class GroupsResource:
         if update.id == groups.ROOT:
             raise ApiError(409, {"message": "Group / is already created. "
                                             "Use PUT to change this group."})
-        response = deployment(self.service.create(update, r.flag("force")), 201)
+        response = deployment(self.changes.create(update, r.flag("force")), 201)
         response.headers["Location"] = update.id
         return response
 
     def update(self, r: Request, group_id: Optional[str] = None) -> Response:
         update = self._read(r, self._base(group_id))
         if r.flag("dryRun"):
-            plan = self.service.update(update, r.flag("force"), dry_run=True)
+            plan = self.changes.update(update, r.flag("force"), dry_run=True)
             return Response(200, {"steps": deployments.to_json(plan)["steps"]})
-        return deployment(self.service.update(update, r.flag("force")))
+        return deployment(self.changes.update(update, r.flag("force")))
 
     def roll_back_to(self, r: Request, group_id: str, version: str) -> Response:
         """PUT /v2/groups/{id}/versions/{version} (what marathon-python's rollback_group sends)."""
         update = groups.Update(self._base(group_id))
         update.version = version
-        return deployment(self.service.update(update, r.flag("force")))
+        return deployment(self.changes.update(update, r.flag("force")))
 
     def delete(self, r: Request, group_id: Optional[str] = None) -> Response:
-        return deployment(self.service.delete(self._base(group_id), r.flag("force")))
+        return deployment(self.changes.delete(self._base(group_id), r.flag("force")))
 
     def patch(self, r: Request, group_id: Optional[str] = None) -> Response:
         """Only `enforceRole`, only on top-level groups (Marathon 1.10); this
@@ -191,11 +191,11 @@ class GroupsResource:
                                            for a in apps]})
 
     def versions(self, r: Request, group_id: Optional[str] = None) -> Response:
-        return Response(200, self.service.versions(self._base(group_id)))
+        return Response(200, self.changes.versions(self._base(group_id)))
 
     def show_version(self, r: Request, version: str, group_id: Optional[str] = None) -> Response:
         target = self._base(group_id)
-        tree = self.service.at_version(target, version)
+        tree = self.changes.at_version(target, version)
         group_embeds, _ = self._embeds(r)
         return Response(200, groups.group_json(target, tree,
                                                app_model.to_json if "group.apps" in group_embeds
