@@ -156,8 +156,8 @@ class GroupsResource:
                         parts.append(b",")
                     add(sub)
                 parts.append(b"]")
-            parts.append((',"pods":[],"dependencies":' + compact(group["dependencies"])
-                          + ',"version":' + compact(group["version"]) + "}").encode())
+            parts.append((',"pods":[],"dependencies":' + compact(list(group.dependencies))
+                          + ',"version":' + compact(group.version) + "}").encode())
 
         add(group_id)
         return b"".join(parts)

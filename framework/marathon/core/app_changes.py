@@ -7,7 +7,7 @@ out. Nothing here talks to the scheduler.
 """
 from typing import Dict, List, Optional, Tuple
 
-from framework.marathon.state import app_model
+from framework.marathon.state import app_model, groups
 from framework.marathon.core.deployments import only_scaling
 from framework.marathon.core.group_manager import GroupManager
 from framework.http.validation import message, task_not_found
@@ -161,7 +161,8 @@ class AppChanges:
                     current = r.apps.get(app_id)
                     app = {k: v for k, v in original.items() if k not in ("version", "versionInfo")}
                     apps[app_id] = self.versioned(app, current, now)
-            return r.change(apps, dict(plan["groupsBefore"]), now, force=True)
+            return r.change(apps, {g: None if group is None else groups.Group.from_json(group)
+                                   for g, group in plan["groupsBefore"].items()}, now, force=True)
 
     def reset_delay(self, app_id: str) -> None:
         r = self.group_manager

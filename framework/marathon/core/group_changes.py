@@ -6,6 +6,7 @@ scaled, rolled back) become one deployment whose steps follow their
 dependencies. Apps a body lists unchanged are left alone (no new version, no
 restart).
 """
+from dataclasses import replace
 from typing import Dict, List, Optional, Tuple
 
 from framework.marathon.core import deployments
@@ -101,11 +102,11 @@ class GroupChanges:
         for app_id in current[0]:
             if app_id not in target[0]:
                 apps[app_id] = None
-        changed_groups: Dict[str, Optional[dict]] = {}
+        changed_groups: Dict[str, Optional[groups.Group]] = {}
         for group_id, group in target[1].items():
             old = current[1].get(group_id)
-            if old is None or old["dependencies"] != group["dependencies"]:
-                changed_groups[group_id] = dict(group, version=now)
+            if old is None or old.dependencies != group.dependencies:
+                changed_groups[group_id] = replace(group, version=now)
         for group_id in current[1]:
             if group_id not in target[1] and group_id != groups.ROOT:
                 changed_groups[group_id] = None

@@ -13,7 +13,7 @@ it, once); the group manager keeps copies to answer from.
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from collections import deque
 from typing import Callable, Deque, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
@@ -50,7 +50,8 @@ class GroupManager:
         self.clock = clock
         self.lock = threading.RLock()
         self.apps: Dict[str, dict] = store.items(APP)
-        self.groups: Dict[str, dict] = store.items(GROUP)
+        self.groups: Dict[str, groups.Group] = {i: groups.Group.from_json(g)
+                                                for i, g in store.items(GROUP).items()}
         self.plans: Dict[str, dict] = store.items(PLAN)
         self.history = VersionHistory(store, max_versions)
         self.groups.setdefault(groups.ROOT, groups.new_group(groups.ROOT, format_timestamp(clock())))
@@ -197,7 +198,7 @@ class GroupManager:
             raise app_locked(locking)
 
     # -- changes -------------------------------------------------------------------------
-    def change(self, apps: Dict[str, Optional[dict]], group_changes: Dict[str, Optional[dict]],
+    def change(self, apps: Dict[str, Optional[dict]], group_changes: Dict[str, Optional[groups.Group]],
                version: str, force: bool, restart: Iterable[str] = (),
                posted: Iterable[dict] = ()) -> dict:
         """Set (or with None remove) these apps and groups, as one deployment.
@@ -214,7 +215,8 @@ class GroupManager:
         structural = (new_groups.keys() ^ self.groups.keys()) | set(group_changes)
         plan = deployments.new_plan(
             version, original, dict(apps), groups.dependency_layers((new_apps, new_groups)),
-            {g: self.groups.get(g) for g in structural}, {g: new_groups.get(g) for g in structural},
+            {g: _json(self.groups.get(g)) for g in structural},
+            {g: _json(new_groups.get(g)) for g in structural},
             restart)
         changed_groups = {g: new_groups.get(g) for g in structural | touched}
         members = self._members_after(apps, changed_groups, new_apps, new_groups)
@@ -233,7 +235,7 @@ class GroupManager:
         self.wake()
         return plan
 
-    def _edit_tree(self, apps: Dict[str, Optional[dict]], group_changes: Dict[str, Optional[dict]],
+    def _edit_tree(self, apps: Dict[str, Optional[dict]], group_changes: Dict[str, Optional[groups.Group]],
                    version: str) -> Tuple[Dict[str, dict], Dict[str, dict], Set[str], Set[str]]:
         """The tree after the change (copies): its apps, its groups, the groups the
         change touches and those it adds something below."""
@@ -258,12 +260,12 @@ class GroupManager:
         for group_id in touched:
             if group_id in new_groups or group_id in added_below:
                 current = new_groups.get(group_id) or groups.new_group(group_id, version)
-                new_groups[group_id] = dict(current, version=version)
+                new_groups[group_id] = replace(current, version=version)
         return new_apps, new_groups, touched, added_below
 
     @staticmethod
-    def _check_tree(new_apps: Dict[str, dict], new_groups: Dict[str, dict],
-                    apps: Dict[str, Optional[dict]], group_changes: Dict[str, Optional[dict]],
+    def _check_tree(new_apps: Dict[str, dict], new_groups: Dict[str, groups.Group],
+                    apps: Dict[str, Optional[dict]], group_changes: Dict[str, Optional[groups.Group]],
                     added_below: Set[str]) -> None:
         """422 for an app where a group is (or the reverse) or a dependency cycle."""
         violations = Violations()
@@ -273,8 +275,8 @@ class GroupManager:
         violations.raise_if_any()
 
     def _members_after(self, apps: Dict[str, Optional[dict]],
-                       changed_groups: Dict[str, Optional[dict]], new_apps: Dict[str, dict],
-                       new_groups: Dict[str, dict]) -> Dict[str, Set[str]]:
+                       changed_groups: Dict[str, Optional[groups.Group]], new_apps: Dict[str, dict],
+                       new_groups: Dict[str, groups.Group]) -> Dict[str, Set[str]]:
         """Copies of the member sets (group -> its direct apps and groups) that change."""
         members: Dict[str, Set[str]] = {}
         for path_id in set(apps) | set(changed_groups):
@@ -290,7 +292,7 @@ class GroupManager:
         return members
 
     def _update_indexes(self, apps: Dict[str, Optional[dict]],
-                        changed_groups: Dict[str, Optional[dict]],
+                        changed_groups: Dict[str, Optional[groups.Group]],
                         members: Dict[str, Set[str]]) -> None:
         """The member sets and the service ports' owners, after a written change."""
         self._members.update(members)
@@ -318,15 +320,15 @@ class GroupManager:
         self.events.publish("deployment_info", plan=shown,
                             currentStep=(shown["steps"] or [{"actions": []}])[0])
 
-    def _write(self, apps: Dict[str, Optional[dict]], changed_groups: Dict[str, Optional[dict]],
-               new_apps: Dict[str, dict], new_groups: Dict[str, dict], plan: dict,
+    def _write(self, apps: Dict[str, Optional[dict]], changed_groups: Dict[str, Optional[groups.Group]],
+               new_apps: Dict[str, dict], new_groups: Dict[str, groups.Group], plan: dict,
                replaced: List[str], members: Dict[str, Set[str]]) -> None:
         children: Dict[str, Tuple[Dict[str, str], Dict[str, str]]] = {}
         for group_id, group in changed_groups.items():
             if group is not None:
                 below = members[group_id] if group_id in members else self._members.get(group_id, ())
                 children[group_id] = ({i: new_apps[i]["version"] for i in below if i in new_apps},
-                                      {i: new_groups[i]["version"] for i in below
+                                      {i: new_groups[i].version for i in below
                                        if i in new_groups})
         try:
             with self.store.transaction():
@@ -344,8 +346,8 @@ class GroupManager:
                         self.store.delete(GROUP, group_id)
                         self.history.forget_group(group_id)
                     else:
-                        self.store.put(GROUP, group_id, group)
-                        self.history.record_group(group, *children[group_id])
+                        self.store.put(GROUP, group_id, group.to_json())
+                        self.history.record_group(group.to_json(), *children[group_id])
                 self.store.put(PLAN, plan["id"], plan)
         except BaseException:
             self.history.reset()
@@ -362,3 +364,8 @@ class GroupManager:
     def request_kill(self, task_id: str) -> None:
         self.kill_requested.setdefault(task_id, 0.0)
         self.wake()
+
+
+def _json(group: Optional[groups.Group]) -> Optional[dict]:
+    """A group as a deployment plan stores it (None: removed, or not there)."""
+    return None if group is None else group.to_json()

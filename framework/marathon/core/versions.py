@@ -16,6 +16,8 @@ Writes join the caller's store transaction.
 """
 from typing import Dict, List, Optional, Tuple
 
+from framework.marathon.state.groups import Group
+
 from framework.state.state_store import SchedulerStore
 
 MAX_VERSIONS = 50
@@ -79,18 +81,18 @@ class VersionHistory:
     def group_versions(self, group_id: str) -> List[str]:
         return self._versions(GROUP_PREFIX + group_id)[::-1]
 
-    def group_at(self, group_id: str, version: str) -> Optional[Tuple[Dict[str, dict], Dict[str, dict]]]:
+    def group_at(self, group_id: str, version: str) -> Optional[Tuple[Dict[str, dict], Dict[str, Group]]]:
         """The subtree (apps, groups) of the group as it was at `version`;
         None when that version (or one it refers to) is not kept."""
         return self._group_at(group_id, version, removed_too=False)
 
     def _group_at(self, group_id: str, version: str,
-                  removed_too: bool) -> Optional[Tuple[Dict[str, dict], Dict[str, dict]]]:
+                  removed_too: bool) -> Optional[Tuple[Dict[str, dict], Dict[str, Group]]]:
         snapshot = self._get(GROUP_PREFIX + group_id, version, removed_too)
         if snapshot is None:
             return None
         apps: Dict[str, dict] = {}
-        groups = {group_id: {k: snapshot[k] for k in ("id", "dependencies", "version")}}
+        groups = {group_id: Group.from_json(snapshot)}
         for app_id, app_version in snapshot["apps"].items():
             app = self.app_at(app_id, app_version, removed_too=True)
             if app is None:

@@ -7,6 +7,7 @@ each field of a body means, and how dependencies order a deployment:
 ARCHITECTURE.md, "Groups".
 """
 import math
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 from framework.marathon.state import app_model
@@ -37,8 +38,24 @@ def is_below(path_id: str, group_id: str) -> bool:
     return group_id == ROOT or path_id.startswith(group_id + "/")
 
 
-def new_group(group_id: str, version: str, dependencies: Iterable[str] = ()) -> dict:
-    return {"id": group_id, "dependencies": sorted(set(dependencies)), "version": version}
+@dataclass(frozen=True)
+class Group:
+    """A group's own record (its apps and groups follow from their ids)."""
+    id: str
+    dependencies: Tuple[str, ...]     # what every app below it waits for, sorted
+    version: str
+
+    @classmethod
+    def from_json(cls, value: dict) -> "Group":
+        """From the store or the version history (the JSON `to_json` wrote)."""
+        return cls(value["id"], tuple(value.get("dependencies") or ()), value["version"])
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "dependencies": list(self.dependencies), "version": self.version}
+
+
+def new_group(group_id: str, version: str, dependencies: Iterable[str] = ()) -> Group:
+    return Group(group_id, tuple(sorted(set(dependencies))), version)
 
 
 def group_not_found(group_id: str):
@@ -163,7 +180,7 @@ def _check_unique(update: Update, path: str, v: Violations) -> None:
 
 
 # -- applying a body to the tree ----------------------------------------------------------
-Tree = Tuple[Dict[str, dict], Dict[str, dict]]        # (apps by id, groups by id)
+Tree = Tuple[Dict[str, dict], Dict[str, Group]]       # (apps by id, groups by id)
 
 
 def apply_update(tree: Tree, update: Update, version: str) -> Tree:
@@ -179,8 +196,8 @@ def stale_versions(tree: Tree, update: Update, v: Violations) -> None:
     """A `version` sent with a group's apps or groups must be the version it has."""
     current = tree[1].get(update.id)
     if update.read_version is not None and (current is None
-                                            or current["version"] != update.read_version):
-        now = f"it is at {current['version']}" if current else "it does not exist"
+                                            or current.version != update.read_version):
+        now = f"it is at {current.version}" if current else "it does not exist"
         v.rule(child(update.path, "version"),
                f"{update.read_version} is not the version of {update.id} ({now}): read the "
                f"group again, or leave `version` out (with apps or groups it only names the "
@@ -189,9 +206,9 @@ def stale_versions(tree: Tree, update: Update, v: Violations) -> None:
         stale_versions(tree, sub, v)
 
 
-def _apply(apps: Dict[str, dict], groups: Dict[str, dict], update: Update, version: str) -> None:
+def _apply(apps: Dict[str, dict], groups: Dict[str, Group], update: Update, version: str) -> None:
     current = groups.get(update.id) or new_group(update.id, version)
-    dependencies = current["dependencies"] if update.dependencies is None else update.dependencies
+    dependencies = current.dependencies if update.dependencies is None else update.dependencies
     groups[update.id] = new_group(update.id, version, dependencies)
     if update.apps is not None:
         for app_id in [i for i in apps if parent(i) == update.id]:
@@ -206,7 +223,7 @@ def _apply(apps: Dict[str, dict], groups: Dict[str, dict], update: Update, versi
             _apply(apps, groups, sub, version)
 
 
-def remove(apps: Dict[str, dict], groups: Dict[str, dict], group_id: str) -> None:
+def remove(apps: Dict[str, dict], groups: Dict[str, "Group"], group_id: str) -> None:
     """Drop a group and everything below it (the root itself stays, emptied)."""
     for app_id in [i for i in apps if is_below(i, group_id)]:
         del apps[app_id]
@@ -237,7 +254,7 @@ def dependency_graph(tree: Tree) -> Dict[str, Set[str]]:
     """app id -> the app ids it waits for (its own dependencies, its groups'),
     for the apps that wait for anything (the others depend on nothing)."""
     apps, groups = tree
-    with_deps = {g for g, group in groups.items() if group["dependencies"]}
+    with_deps = {g for g, group in groups.items() if group.dependencies}
     members: Dict[str, List[str]] = {}         # group -> apps below it (built on demand)
 
     def resolve(target: str) -> Iterable[str]:
@@ -253,7 +270,7 @@ def dependency_graph(tree: Tree) -> Dict[str, Set[str]]:
         if with_deps:
             for group_id in ancestors(app_id):
                 if group_id in with_deps:
-                    dependencies.extend(groups[group_id]["dependencies"])
+                    dependencies.extend(groups[group_id].dependencies)
         if dependencies:
             edges = graph.setdefault(app_id, set())
             for dependency in dependencies:
@@ -269,9 +286,9 @@ def may_add_cycle(tree: Tree, app_ids: Iterable[str], group_ids: Iterable[str]) 
     for app_id in app_ids:
         app = apps.get(app_id)
         if app is not None and (app.get("dependencies") or any(
-                (groups.get(g) or {}).get("dependencies") for g in ancestors(app_id))):
+                g in groups and groups[g].dependencies for g in ancestors(app_id))):
             return True
-    return any((groups.get(g) or {}).get("dependencies") for g in group_ids)
+    return any(g in groups and groups[g].dependencies for g in group_ids)
 
 
 def has_cycle(tree: Tree) -> bool:
@@ -340,6 +357,6 @@ def group_json(group_id: str, tree: Tree, app_json: Optional[Callable[[dict], An
     if with_groups:
         out["groups"] = [group_json(g, tree, app_json, with_groups) for g in children_groups]
     out["pods"] = []
-    out["dependencies"] = list(group["dependencies"])
-    out["version"] = group["version"]
+    out["dependencies"] = list(group.dependencies)
+    out["version"] = group.version
     return out

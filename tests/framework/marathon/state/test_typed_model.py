@@ -99,3 +99,33 @@ def test_health_checks_are_typed_and_written_back_unchanged(check):
         if name in check:
             assert getattr(typed, field) == check[name]
     assert typed.command == (check.get("command") or {}).get("value")
+
+
+def test_the_store_keeps_groups_typed_and_writes_marathons_json(tmp_path):
+    """Groups live typed in the group manager; the store and the version history
+    hold the same JSON as before, and a restarted manager reads them back equal."""
+    from framework.http.events import EventBus
+    from framework.marathon.core.group_manager import GROUP, GroupManager
+    from framework.marathon.state.groups import Group, new_group
+    from framework.state.state_store import StateStore
+    store = StateStore(str(tmp_path))
+    try:
+        manager = GroupManager(store, EventBus())
+        version = manager.now()
+        app, _ = read({"id": "/ml/serve", "cmd": "serve", "instances": 0})
+        app = dict(app, version=version,
+                   versionInfo={"lastScalingAt": version, "lastConfigChangeAt": version})
+        with manager.lock:
+            manager.change({app["id"]: app}, {"/ml": new_group("/ml", version, ["/db", "/cache"])},
+                           version, force=False)
+        assert manager.groups["/ml"] == Group("/ml", ("/cache", "/db"), version)
+        assert all(isinstance(g, Group) for g in manager.groups.values())
+        stored = store.items(GROUP)
+        assert stored["/ml"] == {"id": "/ml", "dependencies": ["/cache", "/db"], "version": version}
+        assert {i: Group.from_json(g) for i, g in stored.items()} == manager.groups
+        _, history_groups = manager.history.group_at("/ml", version)
+        assert history_groups == {"/ml": manager.groups["/ml"]}
+        again = GroupManager(store, EventBus())
+        assert again.groups == manager.groups
+    finally:
+        store.close()
