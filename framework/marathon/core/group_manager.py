@@ -31,6 +31,8 @@ from framework.tasks.timestamps import format_timestamp, parse_timestamp
 log = logging.getLogger(__name__)
 
 APP, PLAN, GROUP = "app", "deployment", "group"
+AppEdits = Dict[str, Optional[dict]]              # app id -> its new definition, None: removed
+GroupEdits = Dict[str, Optional[groups.Group]]    # group id -> the group, None: removed
 CHANGE_LOG = 4096
 
 
@@ -55,7 +57,7 @@ class GroupManager:
         self.plans: Dict[str, dict] = store.items(PLAN)
         self.history = VersionHistory(store, max_versions)
         self.groups.setdefault(groups.ROOT, groups.new_group(groups.ROOT, format_timestamp(clock())))
-        # service port -> the app that has it (apps pick free ones, framework.marathon.core.app_changes)
+        # service port -> the app that has it (apps pick free ones: core/app_changes.py)
         self.port_owners: Dict[int, str] = {port: a["id"] for a in self.apps.values()
                                             for port in app_model.service_ports(a) if port}
         # group id -> the ids of its direct apps and groups
@@ -69,7 +71,7 @@ class GroupManager:
         self.last_failure: Dict[str, dict] = {}
         self.progress: Dict[str, int] = {}          # plan id -> its current step (from 0)
         self.held: Set[str] = set()                 # apps waiting for an earlier step
-        self.task_health = None     # the tasks' health (framework.marathon.core.task_health), once made
+        self.task_health = None     # the tasks' health (core/task_health.py), once made
         self.readiness = None  # readiness checks of deployments (framework.marathon.core.readiness)
         # Bumped by every change an answer may show (the listing cache's key),
         # with what changed in a short log (framework.marathon.api.app_view).
@@ -198,7 +200,7 @@ class GroupManager:
             raise app_locked(locking)
 
     # -- changes -------------------------------------------------------------------------
-    def change(self, apps: Dict[str, Optional[dict]], group_changes: Dict[str, Optional[groups.Group]],
+    def change(self, apps: AppEdits, group_changes: GroupEdits,
                version: str, force: bool, restart: Iterable[str] = (),
                posted: Iterable[dict] = ()) -> dict:
         """Set (or with None remove) these apps and groups, as one deployment.
@@ -235,7 +237,7 @@ class GroupManager:
         self.wake()
         return plan
 
-    def _edit_tree(self, apps: Dict[str, Optional[dict]], group_changes: Dict[str, Optional[groups.Group]],
+    def _edit_tree(self, apps: AppEdits, group_changes: GroupEdits,
                    version: str) -> Tuple[Dict[str, dict], Dict[str, dict], Set[str], Set[str]]:
         """The tree after the change (copies): its apps, its groups, the groups the
         change touches and those it adds something below."""
@@ -265,7 +267,7 @@ class GroupManager:
 
     @staticmethod
     def _check_tree(new_apps: Dict[str, dict], new_groups: Dict[str, groups.Group],
-                    apps: Dict[str, Optional[dict]], group_changes: Dict[str, Optional[groups.Group]],
+                    apps: AppEdits, group_changes: GroupEdits,
                     added_below: Set[str]) -> None:
         """422 for an app where a group is (or the reverse) or a dependency cycle."""
         violations = Violations()
@@ -274,8 +276,8 @@ class GroupManager:
                          groups.may_add_cycle((new_apps, new_groups), apps, group_changes))
         violations.raise_if_any()
 
-    def _members_after(self, apps: Dict[str, Optional[dict]],
-                       changed_groups: Dict[str, Optional[groups.Group]], new_apps: Dict[str, dict],
+    def _members_after(self, apps: AppEdits,
+                       changed_groups: GroupEdits, new_apps: Dict[str, dict],
                        new_groups: Dict[str, groups.Group]) -> Dict[str, Set[str]]:
         """Copies of the member sets (group -> its direct apps and groups) that change."""
         members: Dict[str, Set[str]] = {}
@@ -291,8 +293,8 @@ class GroupManager:
                 members[parent].discard(path_id)
         return members
 
-    def _update_indexes(self, apps: Dict[str, Optional[dict]],
-                        changed_groups: Dict[str, Optional[groups.Group]],
+    def _update_indexes(self, apps: AppEdits,
+                        changed_groups: GroupEdits,
                         members: Dict[str, Set[str]]) -> None:
         """The member sets and the service ports' owners, after a written change."""
         self._members.update(members)
@@ -307,7 +309,7 @@ class GroupManager:
             if group is None:
                 self._members.pop(group_id, None)
 
-    def _publish_change(self, apps: Dict[str, Optional[dict]], original: Dict[str, Optional[dict]],
+    def _publish_change(self, apps: AppEdits, original: AppEdits,
                         posted: Iterable[dict], plan: dict) -> None:
         """The events of a change: what clients posted, health checks added or
         removed, the new deployment."""
@@ -320,7 +322,7 @@ class GroupManager:
         self.events.publish("deployment_info", plan=shown,
                             currentStep=(shown["steps"] or [{"actions": []}])[0])
 
-    def _write(self, apps: Dict[str, Optional[dict]], changed_groups: Dict[str, Optional[groups.Group]],
+    def _write(self, apps: AppEdits, changed_groups: GroupEdits,
                new_apps: Dict[str, dict], new_groups: Dict[str, groups.Group], plan: dict,
                replaced: List[str], members: Dict[str, Set[str]]) -> None:
         children: Dict[str, Tuple[Dict[str, str], Dict[str, str]]] = {}

@@ -57,7 +57,8 @@ class InstanceKeeper:
 
     # -- lifecycle ------------------------------------------------------------------
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="marathon-instance-keeper", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="marathon-instance-keeper",
+                                        daemon=True)
         self._thread.start()
 
     def stop(self) -> None:

@@ -137,7 +137,7 @@ class TaskHealthMonitor(CheckRunner):
             return False
         return not app.get("healthChecks") or self.healthy(task) is True
 
-    # -- the executor's reports (the instance keeper, under the group manager's lock) -----------------
+    # -- the executor's reports (the instance keeper, under the group manager's lock) ----
     def observe(self, before: Optional[TaskRecord], record: TaskRecord) -> None:
         """A task's record changed: publish what changed in its Mesos-level health."""
         if record.terminal:
@@ -229,8 +229,8 @@ class TaskHealthMonitor(CheckRunner):
             return None, ""
         return False, f"{answer.status} {answer.reason}".strip()
 
-    def _record(self, task: TaskRecord, index: int, check: HealthCheckDefinition, alive: Optional[bool],
-                cause: str) -> None:
+    def _record(self, task: TaskRecord, index: int, check: HealthCheckDefinition,
+                alive: Optional[bool], cause: str) -> None:
         """One result, as HealthCheckActor.handleHealthResult (group manager's lock held)."""
         if alive is None:
             return
@@ -249,7 +249,8 @@ class TaskHealthMonitor(CheckRunner):
             if in_grace:
                 return
             self.group_manager.events.publish("failed_health_check_event", appId=task.app_id,
-                                         taskId=task.id, instanceId=task.id, healthCheck=check.to_json())
+                                              taskId=task.id, instanceId=task.id,
+                                              healthCheck=check.to_json())
             health.last_failure = now
             health.last_failure_cause = cause
             health.consecutive_failures += 1

@@ -81,7 +81,8 @@ class VersionHistory:
     def group_versions(self, group_id: str) -> List[str]:
         return self._versions(GROUP_PREFIX + group_id)[::-1]
 
-    def group_at(self, group_id: str, version: str) -> Optional[Tuple[Dict[str, dict], Dict[str, Group]]]:
+    def group_at(self, group_id: str,
+                 version: str) -> Optional[Tuple[Dict[str, dict], Dict[str, Group]]]:
         """The subtree (apps, groups) of the group as it was at `version`;
         None when that version (or one it refers to) is not kept."""
         return self._group_at(group_id, version, removed_too=False)
