@@ -1,7 +1,8 @@
 """Several `mesos-gpu framework --zk` instances in this process (FrameworkProcess
-objects) on one ZooKeeper path: their flags (`ha_args`), (the `instances` fixture,
-tests/framework/conftest.py, starts them on the module's cluster), a client of one (`api`), the leader among them
-(`leader_of`). tests/bed/framework_instances.py runs them as processes instead."""
+objects) on one ZooKeeper path: their flags (`ha_args`), a client of one (`api`),
+the leader among them (`leader_of`); the `instances` fixture that starts them is in
+tests/framework/conftest.py. tests/bed/framework_instances.py runs them as
+processes instead."""
 import argparse
 import base64
 

@@ -15,7 +15,7 @@ import pytest
 
 from framework.process.framework_process import FrameworkProcess, add_arguments
 from localcluster.mesos import LocalCluster
-from tests.examples.conftest import COGNITIVE
+from tests.bed.glyphnet import COGNITIVE
 
 LAUNCH = COGNITIVE / "launch.py"
 APP_IDS = ["/cognitive/docker/inference", "/cognitive/docker/training",

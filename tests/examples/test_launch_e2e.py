@@ -24,7 +24,7 @@ from framework.process.framework_process import FrameworkProcess, add_arguments
 from isolator.cgroups.docker_devices import LABEL as CONTAINER_LABEL
 from localcluster import fake_nvml
 from localcluster.mesos import Agent, Master
-from tests.examples.conftest import COGNITIVE
+from tests.bed.glyphnet import COGNITIVE
 from localcluster.gpu_node import GpuNode, layout_for_driver_files
 
 HOSTNAME = "gpu-v100"

@@ -20,7 +20,7 @@ from framework.ui import routes as ui
 from framework.ui.nodes import NodesView
 from framework.ui.static_files import StaticFiles
 from tests.bed.browser import Browser
-from tests.framework.ui.test_nodes import UUIDS, offer, task
+from tests.bed.agent_offers import UUIDS, offer, task
 
 REASON = "XID 79: GPU has fallen off the bus"
 
