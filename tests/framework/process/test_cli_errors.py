@@ -5,7 +5,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -52,10 +51,17 @@ def test_stops_cleanly_while_the_master_is_unreachable(tmp_path, sig):
                              "--state_dir", str(tmp_path / "state")],
                             stderr=subprocess.PIPE, text=True)
     try:
-        time.sleep(3)
+        # its log up to the API's start and the first refused connection after it (its
+        # signal handlers are set by then), not a sleep: the machine's load varies
+        started, serving = [], False
+        for line in proc.stderr:
+            started.append(line)
+            serving = serving or "Marathon API on" in line
+            if serving and "Connection refused" in line:
+                break
         proc.send_signal(sig)
         assert proc.wait(timeout=30) == 0
-        err = proc.stderr.read()
+        err = "".join(started) + proc.stderr.read()
     finally:
         if proc.poll() is None:
             proc.kill()
