@@ -11,8 +11,8 @@ request, as on a busy cluster (that app's text is written again); and with
 the whole answer built again before each request (as after a change to
 definitions or groups).
 
-The API runs with its real state store (SQLite, synchronous=FULL), registry
-and reconciler, without a scheduler (apps ask for 0 instances), so the
+The API runs with its real state store (SQLite, synchronous=FULL), group manager
+and instance keeper, without a scheduler (apps ask for 0 instances), so the
 figures are the API layer's own cost.
 
 Then a deployment on the real parts (a Mesos 1.11 master and agent of the
@@ -43,8 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from in_process_api import InProcessApi  # noqa: E402  (bench/, the script's folder)
 
-from framework.marathon.security import Authenticator  # noqa: E402
-from framework.marathon.server import serve  # noqa: E402
+from framework.http.security import Authenticator  # noqa: E402
+from framework.http.server import serve  # noqa: E402
 from framework.scheduling.task_record import TaskRecord  # noqa: E402
 from framework.tasks.task_spec import TaskSpec  # noqa: E402
 
@@ -191,7 +191,7 @@ def remove_and_wait(port: int, group: str) -> None:
 def health_deployments(apps: int) -> None:
     """The deployment rows (see the module's docstring)."""
     import logging
-    from framework.marathon.service import FrameworkService, add_arguments
+    from framework.process.framework_process import FrameworkProcess, add_arguments
     from localcluster.mesos import Agent, Master
     logging.basicConfig(level=logging.ERROR)      # the figures, not the framework's log
     resources = f"cpus:{apps};mem:{apps * 64};ports:[31000-32999]"
@@ -199,7 +199,7 @@ def health_deployments(apps: int) -> None:
             Agent(master, resources) as agent:
         parser = argparse.ArgumentParser()
         add_arguments(parser)
-        service = FrameworkService(parser.parse_args([
+        service = FrameworkProcess(parser.parse_args([
             "--master", agent.master, "--state_dir", state_dir, "--http_port", "0",
             "--http_open", "--refuse_seconds", "1", "--agent_socket", "/nonexistent/agent.sock",
             "--gpu_scheduling_behavior", "unrestricted"])).start()
@@ -235,7 +235,7 @@ def main() -> int:
     args = parser.parse_args()
 
     with InProcessApi() as bed:
-        registry = bed.registry
+        group_manager = bed.group_manager
         api_server = serve(bed.api, bed.events, Authenticator())
         port = api_server.server_address[1]
 
@@ -247,11 +247,11 @@ def main() -> int:
         sample_post = http.client.HTTPConnection("127.0.0.1", port)
         sample_post.request("POST", "/v2/apps", body=app_body(10**6 - 1))
         post_bytes = sample_post.getresponse().read()
-        with registry.lock:
-            count = len(registry.apps)
-            groups = len(registry.groups)
+        with group_manager.lock:
+            count = len(group_manager.apps)
+            groups = len(group_manager.groups)
 
-        app_ids = sorted(registry.apps)
+        app_ids = sorted(group_manager.apps)
         moves = itertools.count()
 
         def task_moved() -> None:
@@ -259,16 +259,16 @@ def main() -> int:
             scheduler reports it: that app's status changes."""
             n = next(moves)
             app_id, task_id = app_ids[n % len(app_ids)], f"bench-task-{n % len(app_ids)}"
-            with registry.lock:
-                registry.tasks[task_id] = TaskRecord(
+            with group_manager.lock:
+                group_manager.tasks[task_id] = TaskRecord(
                     spec=TaskSpec(id=task_id, app_id=app_id, cmd="x"), agent_id="agent",
                     state=("TASK_STAGING", "TASK_RUNNING")[n // len(app_ids) % 2],
                     app_version="v")
-                registry.touched((app_id,))
+                group_manager.touched((app_id,))
 
         def everything_changed() -> None:
-            with registry.lock:
-                registry.touched()
+            with group_manager.lock:
+                group_manager.touched()
 
         bodies = {}
         for path in ("/v2/apps", "/v2/groups"):

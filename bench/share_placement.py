@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from framework.marathon.service import FrameworkService, add_arguments  # noqa: E402
+from framework.process.framework_process import FrameworkProcess, add_arguments  # noqa: E402
 from localcluster import fake_nvml  # noqa: E402
 from localcluster.gpu_node import GpuNode, layout_for_driver_files  # noqa: E402
 from localcluster.mesos import Agent, Master  # noqa: E402
@@ -35,7 +35,7 @@ WHOLE_GPUS = 6              # of the node's 8; GPUs 6 and 7 are shared (8 slots 
 
 
 class Api:
-    def __init__(self, service: FrameworkService) -> None:
+    def __init__(self, service: FrameworkProcess) -> None:
         self.url = service.http.url
         token = base64.b64encode((service.auth.credentials or "").encode()).decode()
         self.headers = {"Content-Type": "application/json"}
@@ -101,7 +101,7 @@ def main(argv=None) -> int:
                                        env=env) as agent:
             parser = argparse.ArgumentParser()
             add_arguments(parser)
-            service = FrameworkService(parser.parse_args([
+            service = FrameworkProcess(parser.parse_args([
                 "--master", agent.master, "--state_dir", state, "--http_port", "0",
                 "--agent_socket", str(node.socket), "--refuse_seconds", "1"])).start()
             try:

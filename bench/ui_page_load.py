@@ -19,7 +19,7 @@ same tab navigating to `GET /v2/apps` (until its JSON is shown), and to a
 includes running its scripts and drawing 800 GPU tiles or 1,000 rows, which
 the HTTP figures do not.
 
-The API runs with its real state store and registry (the reconciler finishes
+The API runs with its real state store and group manager (the instance keeper finishes
 the apps' deployments, then stops: the apps ask for no instances and it would
 drop the tasks), with credentials on (the default); agents arrive as offers (v1 JSON, as the
 master sends them) into the inventory the scheduler keeps, tasks as the
@@ -42,9 +42,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from in_process_api import InProcessApi  # noqa: E402  (bench/, the script's folder)
 
 from framework.scheduling.agent_inventory import AgentInventory  # noqa: E402
-from framework.marathon.registry import Registry  # noqa: E402
-from framework.marathon.security import Authenticator  # noqa: E402
-from framework.marathon.server import serve  # noqa: E402
+from framework.marathon.core.group_manager import GroupManager  # noqa: E402
+from framework.http.security import Authenticator  # noqa: E402
+from framework.http.server import serve  # noqa: E402
 from framework.scheduling.task_record import TaskRecord  # noqa: E402
 from framework.tasks.task_spec import TaskSpec  # noqa: E402
 from framework.ui import routes as ui  # noqa: E402
@@ -91,12 +91,12 @@ def post_apps(port: int, count: int) -> None:
     connection.close()
 
 
-def fill_cluster(registry: Registry, inventory: AgentInventory, nodes: int) -> int:
+def fill_cluster(group_manager: GroupManager, inventory: AgentInventory, nodes: int) -> int:
     """Agents as offered, then tasks holding 3/4 of their GPUs (as the scheduler
     reports them: launched, UUIDs granted)."""
     held = {}
     tasks = {}
-    apps = sorted(registry.apps)[:APPS_WITH_TASKS]
+    apps = sorted(group_manager.apps)[:APPS_WITH_TASKS]
     n = 0
     for node in range(nodes):
         agent = f"agent-{node:03d}"
@@ -119,9 +119,9 @@ def fill_cluster(registry: Registry, inventory: AgentInventory, nodes: int) -> i
             if r["name"] == "gpus":
                 r["scalar"]["value"] = float(GPUS_PER_NODE - held[o["agent_id"]["value"]])
     inventory.saw_offers(offers, held)
-    with registry.lock:
-        registry.tasks.update(tasks)
-        registry.touched()
+    with group_manager.lock:
+        group_manager.tasks.update(tasks)
+        group_manager.touched()
     return len(tasks)
 
 
@@ -247,24 +247,24 @@ def main() -> int:
     args = parser.parse_args()
 
     with InProcessApi(lambda: {"name": "marathon"}) as bed:
-        api, events, registry, reconciler = bed.api, bed.events, bed.registry, bed.reconciler
+        api, events, group_manager, instance_keeper = bed.api, bed.events, bed.group_manager, bed.instance_keeper
         inventory = AgentInventory()
-        ui.register(api.router, NodesView(registry, inventory), StaticFiles())
+        ui.register(api.router, NodesView(group_manager, inventory), StaticFiles())
         server = serve(api, events, Authenticator(CREDENTIALS))
         port = server.server_address[1]
         post_apps(port, args.apps)
-        deadline = time.monotonic() + 60   # the reconciler finishes the deployments,
-        while registry.plans and time.monotonic() < deadline:
+        deadline = time.monotonic() + 60   # the instance keeper finishes the deployments,
+        while group_manager.plans and time.monotonic() < deadline:
             time.sleep(0.1)
-        reconciler.stop()                   # then stops: it would drop tasks of 0-instance apps
-        tasks = fill_cluster(registry, inventory, args.nodes)
+        instance_keeper.stop()                   # then stops: it would drop tasks of 0-instance apps
+        tasks = fill_cluster(group_manager, inventory, args.nodes)
         files = page_requests(port)
 
         def changed() -> None:
-            with registry.lock:
-                registry.touched()
+            with group_manager.lock:
+                group_manager.touched()
 
-        print(f"Dashboard page load: {len(registry.apps)} apps, {args.nodes} nodes x "
+        print(f"Dashboard page load: {len(group_manager.apps)} apps, {args.nodes} nodes x "
               f"{GPUS_PER_NODE} GPUs, {tasks} tasks holding GPUs; the page + {len(files)} files; "
               f"a new connection per load, loopback, credentials on")
         for landing, data in (("nodes view", ["/v1/nodes"]),

@@ -3,8 +3,8 @@
 (image variants)."""
 from framework import image_cli
 from framework.executor import cli as executor_cli
-from framework.marathon import service as marathon_service
-from framework.marathon import state_transfer
+from framework.process import framework_process as marathon_service
+from framework.process import state_transfer
 
 
 def register(sub) -> None:

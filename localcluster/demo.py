@@ -146,14 +146,14 @@ def framework_service(master: str, node, engine) -> Iterator[Tuple[str, str]]:
     """`mesos-gpu framework` as an operator runs it, with executors pointed at this
     demo's agent daemon and Docker engine; yields the Marathon API's URL and the
     credentials it made in its state dir."""
-    from framework.marathon.service import FrameworkService, add_arguments
+    from framework.process.framework_process import FrameworkProcess, add_arguments
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     args = parser.parse_args(["--master", master, "--http_port", "0",
                               "--state_dir", str(node.dir / "framework"),
                               "--agent_socket", str(node.socket), "--docker_host", engine.host,
                               "--refuse_seconds", "1", "--framework_name", "mesos-gpu-demo"])
-    service = FrameworkService(args).start()
+    service = FrameworkProcess(args).start()
     try:
         if not service.scheduler.wait_subscribed(30):
             raise UserError(f"the framework did not subscribe to the master {master}")

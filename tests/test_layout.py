@@ -37,17 +37,21 @@ def test_layers_import_only_downwards(package):
                 wrong.append(f"{path.relative_to(REPO)}:{line} imports {top}")
     assert not wrong, "\n".join(wrong)
 
-# Inside a layer, its concerns in the same order, lowest first; the members of one
-# level may import each other; modules at the top of a layer (its public API,
-# client, errors, commands) are named by file. An import under `if TYPE_CHECKING:`
-# (a type for an annotation, never run) does not count.
+# Inside a layer (or a package of one), its concerns in the same order, lowest
+# first; the members of one level may import each other; modules at the top of a
+# layer (its public API, client, errors, commands) are named by file. An import
+# under `if TYPE_CHECKING:` (a type for an annotation, never run) does not count.
+# framework: the HTTP kit every API family shares (http) under the families
+# (marathon; ui, the dashboard, over marathon's state), and the process that wires
+# them (process) on top; inside marathon: api over core over state.
 SUBPACKAGES = {
     "isolator": [["discovery"], ["errors.py", "api.py", "client.py", "crashpoints.py"], ["cgroups"],
                  ["allocation"], ["sharing"], ["gpu_health"], ["containers"], ["metrics"],
                  ["daemon"], ["node_check"], ["cli.py"]],
-    "framework": [["mesos_api"], ["tasks"], ["health"], ["ha", "state"], ["queues"], ["images"],
-                  ["scheduling"],
-                  ["executor"], ["marathon", "ui"], ["image_cli.py"], ["cli.py"]],
+    "framework": [["mesos_api"], ["tasks"], ["gpus"], ["ha", "state"], ["queues"], ["images"],
+                  ["scheduling"], ["executor"], ["http"], ["marathon"], ["ui"], ["process"],
+                  ["image_cli.py"], ["cli.py"]],
+    "framework.marathon": [["state"], ["core"], ["api"]],
 }
 
 
@@ -72,11 +76,13 @@ def _runtime_imports(path: Path):
 
 def _level(layer: str, module: str):
     """The level index of a module of `layer` (None: not inside one of its concerns)."""
+    prefix = layer.split(".")
     parts = module.split(".")
-    if parts[0] != layer or len(parts) < 2:
+    if parts[:len(prefix)] != prefix or len(parts) <= len(prefix):
         return None
+    name = parts[len(prefix)]
     for i, members in enumerate(SUBPACKAGES[layer]):
-        if parts[1] in members or f"{parts[1]}.py" in members:
+        if name in members or f"{name}.py" in members:
             return i
     return None
 
@@ -84,7 +90,7 @@ def _level(layer: str, module: str):
 @pytest.mark.parametrize("layer", sorted(SUBPACKAGES))
 def test_every_module_of_a_layer_belongs_to_one_of_its_concerns(layer):
     declared = {m for members in SUBPACKAGES[layer] for m in members}
-    present = {p.name for p in (REPO / layer).iterdir()
+    present = {p.name for p in (REPO / layer.replace(".", "/")).iterdir()
                if (p.is_dir() and (p / "__init__.py").exists()) or
                (p.suffix == ".py" and p.name != "__init__.py")}
     assert present == declared, f"not declared: {sorted(present - declared)}; " \
@@ -94,7 +100,7 @@ def test_every_module_of_a_layer_belongs_to_one_of_its_concerns(layer):
 @pytest.mark.parametrize("layer", sorted(SUBPACKAGES))
 def test_concerns_inside_a_layer_import_only_downwards(layer):
     wrong = []
-    for path in sorted((REPO / layer).rglob("*.py")):
+    for path in sorted((REPO / layer.replace(".", "/")).rglob("*.py")):
         module = ".".join(path.relative_to(REPO).with_suffix("").parts)
         own = _level(layer, module)
         if own is None:
@@ -116,6 +122,17 @@ def test_a_concern_importing_upwards_is_caught(tmp_path, monkeypatch):
                    "from isolator.containers.isolator import GpuIsolator\n")
     assert [m for _, m in _runtime_imports(bad) if m.startswith("isolator")] == \
         ["isolator.containers.isolator", "isolator.containers.isolator.GpuIsolator"]
+
+
+def test_marathons_layers_are_checked_inside_it():
+    """Inside marathon: state < core < api; the dashboard (ui) sits above marathon and
+    marathon never imports it; the HTTP kit sits below every API family."""
+    assert _level("framework.marathon", "framework.marathon.state.app_model") < \
+        _level("framework.marathon", "framework.marathon.core.group_manager") < \
+        _level("framework.marathon", "framework.marathon.api.apps")
+    assert _level("framework.marathon", "framework.ui.nodes") is None
+    assert _level("framework", "framework.http.server") < _level("framework", "framework.marathon") \
+        < _level("framework", "framework.ui.routes") < _level("framework", "framework.process")
 
 
 def test_pyflakes_finds_nothing():
@@ -173,3 +190,31 @@ def test_no_test_imports_a_conftest(tests_of):
              for line, module in _runtime_imports(path) if module.endswith(".conftest")
              or ".conftest." in module]
     assert wrong == []
+
+
+# scheduler.py is split by the lead after the jobs branch merges; the executor's and
+# the scheduler's long docstrings wait for the branches that edit those files now
+OVER_600_FOR_NOW = {"framework/scheduling/scheduler.py"}
+LONG_DOCSTRING_FOR_NOW = {"framework/scheduling/scheduler.py", "framework/scheduling/matching.py",
+                          "framework/executor/main.py", "framework/executor/docker_container.py",
+                          "framework/executor/mesos_container.py",
+                          "framework/executor/variant_check.py"}
+
+
+def test_framework_folders_and_modules_stay_small():
+    """No framework folder holds more than 15 modules directly, no module is over 600
+    lines, no module docstring over 20 (the long story lives in ARCHITECTURE.md)."""
+    crowded, long_modules, long_docs = [], [], []
+    for folder in [REPO / "framework", *(p for p in (REPO / "framework").rglob("*") if p.is_dir())]:
+        modules = [p for p in folder.glob("*.py") if p.name != "__init__.py"]
+        if len(modules) > 15:
+            crowded.append(f"{folder.relative_to(REPO)}: {len(modules)} modules")
+    for path in sorted((REPO / "framework").rglob("*.py")):
+        name = str(path.relative_to(REPO))
+        text = path.read_text()
+        if text.count("\n") > 600 and name not in OVER_600_FOR_NOW:
+            long_modules.append(f"{name}: {text.count(chr(10))} lines")
+        doc = ast.get_docstring(ast.parse(text), clean=False) or ""
+        if doc.count("\n") + 1 > 20 and name not in LONG_DOCSTRING_FOR_NOW:
+            long_docs.append(f"{name}: a docstring of {doc.count(chr(10)) + 1} lines")
+    assert crowded + long_modules + long_docs == []

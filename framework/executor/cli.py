@@ -5,7 +5,13 @@ its parser alone (mesos_gpu.main): registering them imports the Marathon service
 every layer's commands, about 0.25 s of CPU that every task's launch would pay."""
 
 
-from framework.executor.pull_timeout import DEFAULT_PULL_TIMEOUT, PULL_TIMEOUT_ENV
+import os
+from typing import Mapping, Optional
+
+from common.errors import UserError
+
+DEFAULT_PULL_TIMEOUT = 1800.0          # seconds; a CUDA image is gigabytes
+PULL_TIMEOUT_ENV = "MESOS_GPU_PULL_TIMEOUT"
 
 
 def register(sub) -> None:
@@ -28,4 +34,22 @@ def register(sub) -> None:
 
 def _run(args) -> int:
     from framework.executor import main as executor  # its imports: only when one runs
-    return executor.run(args)
+    return executor.run(args, pull_timeout(args.pull_timeout))
+
+
+def pull_timeout(flag: Optional[float], env: Mapping[str, str] = os.environ) -> float:
+    """--pull_timeout, else $MESOS_GPU_PULL_TIMEOUT, else 30 minutes."""
+    if flag is not None:
+        value, source = flag, "--pull_timeout"
+    elif env.get(PULL_TIMEOUT_ENV):
+        source = PULL_TIMEOUT_ENV
+        try:
+            value = float(env[PULL_TIMEOUT_ENV])
+        except ValueError:
+            raise UserError(f"{PULL_TIMEOUT_ENV}={env[PULL_TIMEOUT_ENV]!r} is not a number of "
+                            f"seconds") from None
+    else:
+        return DEFAULT_PULL_TIMEOUT
+    if not value > 0 or value != value or value == float("inf"):
+        raise UserError(f"{source}: {value!r} is not a positive number of seconds")
+    return float(value)

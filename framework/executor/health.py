@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Mapping, Optional, Tuple
 
-from framework.health import probes
+from framework.tasks import probes
 from framework.executor import namespaces
 from framework.tasks.health_check import COMMAND, MESOS_HTTPS, MESOS_TCP, HealthCheck
 

@@ -1,32 +1,8 @@
-"""A task's image brought onto this agent before its container is made, as
-Mesos's Docker containerizer does it (DOCKER tasks and MESOS tasks with an
-image alike; both run from the local Docker engine).
-
-1. In the engine and no `forcePullImage`: used as it is; no registry is asked.
-2. Otherwise the image's manifest and config are read from its registry
-   (framework.images.image_config, a few KiB) with the credentials the pull
-   will use: an image whose CUDA label this node's driver cannot run is
-   refused here, before any layer moves; a missing image or refused
-   credentials are said in the registry's own words.
-3. The engine pulls it (`POST /images/create`): the task is TASK_STARTING with
-   "pulling <image>: <done> of <total>" as the engine reports its layers, the
-   pull is bounded by `--pull_timeout`, and a kill stops it.
-
-Several tasks of one image on an agent pull it once: the Docker engine is the
-agent's one owner of its images and already joins concurrent pulls of the same
-layers into one download (its transfer manager keys each download by the
-layer's digest), for every process that asks. A lock file of our own would make
-the waiting tasks blind (no progress) and, when the puller is killed, start
-over from nothing; with the engine a killed task only stops watching, and the
-download stops when no task watches it any more.
-
-Credentials: the agent's Docker client config (`$DOCKER_CONFIG/config.json`, else
-`~/.docker/config.json`: `auths`, `credsStore`, `credHelpers`), resolved as the
-Docker SDK resolves them (a credential helper is run as `docker-credential-<name>
-get`), or the task's own `pull_credential` when the framework allowed one. The
-same credentials serve the registry read and the engine, so both see the same
-answer. Secrets never go into a log line or a status message.
-"""
+"""A task's image brought onto this agent before its container is made, as Mesos's
+Docker containerizer does it (DOCKER tasks and MESOS tasks with an image alike): the
+CUDA check from the registry first, the engine's pull with progress, bounded by
+--pull_timeout and stopped by a kill. Why the engine joins concurrent pulls and how
+credentials are found: ARCHITECTURE.md, "Pulling a task's image"."""
 import base64
 import json
 import logging

@@ -43,7 +43,6 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
 
-from framework.executor.pull_timeout import pull_timeout
 from framework.executor.agent_driver import AgentPathExecutorDriver, agent_api_path, duration_env
 from framework.mesos_api.callbacks import Executor
 from framework.mesos_api.executor_driver import ExecutorDriver
@@ -538,8 +537,9 @@ def wait_acknowledged(driver: ExecutorDriver, timeout: float) -> None:
         time.sleep(0.1)
 
 
-def run(args: argparse.Namespace) -> int:
-    """Entry point of `mesos-gpu executor` (started by the Mesos agent)."""
+def run(args: argparse.Namespace, pull_timeout: float = 1800.0) -> int:
+    """Entry point of `mesos-gpu executor` (started by the Mesos agent); `pull_timeout`
+    as cli.pull_timeout read it."""
     missing = [name for name in ("MESOS_AGENT_ENDPOINT", "MESOS_FRAMEWORK_ID",
                                  "MESOS_EXECUTOR_ID") if not os.environ.get(name)]
     if missing:
@@ -552,7 +552,7 @@ def run(args: argparse.Namespace) -> int:
                                                        taskinfo.DEFAULT_AGENT_SOCKET)
     sandbox = os.environ.get("MESOS_SANDBOX") or os.environ.get("MESOS_DIRECTORY") or os.getcwd()
     executor = GpuExecutor(agent_socket, os.environ.get("DOCKER_HOST"), sandbox,
-                           pull_timeout(getattr(args, "pull_timeout", None)))
+                           pull_timeout)
     path = agent_api_path()
     log.info("executor %s starting: agent %s (API %s), agent daemon %s, sandbox %s",
              os.environ.get("MESOS_EXECUTOR_ID"), os.environ["MESOS_AGENT_ENDPOINT"], path,

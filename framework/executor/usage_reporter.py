@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Callable, Optional
 
-from framework.health.gpu_usage import INTERVAL_ENV, TaskGpuUsage, status_data
+from framework.gpus.gpu_usage import INTERVAL_ENV, TaskGpuUsage, status_data
 from isolator.client import AgentClient, AgentError
 
 log = logging.getLogger("mesos-gpu.executor")

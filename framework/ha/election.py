@@ -1,28 +1,10 @@
 """Leader election among framework instances on ZooKeeper (`--zk`).
 
-Every instance contends with kazoo's Election recipe under `<path>/leader`
-(an ephemeral sequential node holding its API address `host:port`); the
-lowest node leads. Each new leader bumps `<path>/epoch` (in a ZooKeeper
-transaction that also checks its own election node), and from then on every
-write of the state (framework.state.zk_store) carries a `Fence`: checks that the
-epoch node is still at the version this leader set and that its election node
-still exists. A leader whose session expired, or that another leader
-replaced, cannot write: ZooKeeper refuses the whole transaction.
-
-An instance acts (talks to Mesos, writes) only while `is_leader()`:
-
-- it holds the election node of a live session;
-- it heard from ZooKeeper within the last 2/3 of the session timeout (a
-  heartbeat every 1/6): a leader frozen (SIGSTOP, a long GC pause) or cut off
-  stops acting before its session can expire on the server and another
-  instance be elected, and stays stopped from the moment it resumes;
-- it is not suspended (kazoo lost the connection; the session may live on).
-
-When the session is lost (expired, or nothing heard from ZooKeeper for a whole
-session timeout) it steps down: `on_lost` callbacks run (the scheduler
-disconnects from Mesos, failing over), then it rejoins the election when
-ZooKeeper answers again. `abdicate()` steps down the same way and rejoins at
-once; another contender, if any, wins.
+kazoo's Election recipe under `<path>/leader`; each new leader bumps `<path>/epoch`,
+and every state write carries a `Fence` (that epoch, its election node), so a leader
+that was replaced cannot write. An instance acts only while `is_leader()`: a live
+session, heard from ZooKeeper lately, not suspended. The rules and why:
+ARCHITECTURE.md, "Leader election".
 """
 import logging
 import threading

@@ -1,23 +1,10 @@
 """An image as the registry holds it: an index of variants (OCI image index or
 Docker manifest list), or a single manifest (one variant that runs anywhere).
 
-`read(client, ref)` fetches the document under the image's tag, checks it, and
-for every entry this cluster could run (os linux, architecture amd64) fetches
-the entry's manifest and config, for the image's labels (the CUDA version it
-needs, `com.nvidia.cuda.version`). What is refused, with the entry named:
-
-- a document that is not JSON, not schemaVersion 2, a Docker schema 1
-  manifest, a media type that is neither a manifest nor an index;
-- an index without entries, an entry without `platform`, without
-  `platform.os`/`platform.architecture`, with `features` that are not a list of
-  strings or name an unknown platform feature (isolator.discovery.platform_features),
-  an entry that is itself an index, a digest that is not sha256;
-- an index with no linux/amd64 entry;
-- an entry whose config contradicts its platform, or whose CUDA label is not
-  a version.
-
-Entries for other platforms (arm64, buildx attestations marked unknown/unknown)
-are skipped, not refused: they are for other machines.
+`read(client, ref)` fetches and checks the document under the image's tag and,
+for each linux/amd64 entry, its manifest and config (for its CUDA label); entries
+for other platforms are skipped. What is refused, each with the entry named:
+ARCHITECTURE.md, "Image indexes".
 """
 import json
 from dataclasses import dataclass, field

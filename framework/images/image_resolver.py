@@ -1,25 +1,9 @@
 """Keeps the images of waiting tasks resolved in their registries, off the
-offer path.
-
-The framework resolves images of the registries it is given (`--registry`):
-an index gets a variant per agent (framework.images.variant_selection), a single
-manifest is pinned by digest. Every task asks for a fresh look when it is
-queued (and again when it is retried): a worker thread asks the registry for
-the digest under the image's tag (HEAD) and reads the document again only
-when it changed; entries' configs are read once per digest (they cannot
-change). So each launch is decided on the index as it was after the task was
-queued, and one look serves every task queued before it.
-
-A task is
-- ready when its image was looked at since it was queued and is usable;
-- waiting while the look is pending or the registry cannot be asked (down, hung,
-  5xx): `reason` says which, and the look is retried with back-off (1 s,
-  doubling, at most `max_retry_seconds`);
-- failed when the registry's answer is final (the image or tag does not
-  exist, credentials refused, not a usable index): `reason` names it.
-
-`on_change()` is called (from the worker) after each look, so the scheduler
-can revive offers or fail the task.
+offer path: a worker asks the registry (HEAD, then the document only when its
+digest changed) after each task is queued, so every launch is decided on the
+index as it was after its task was queued. A task is ready, waiting (`reason`,
+retried with back-off) or failed (`reason`); `on_change()` tells the scheduler.
+More: ARCHITECTURE.md, "Image variants".
 """
 import logging
 import threading

@@ -1,25 +1,9 @@
 """A client of the registry HTTP API v2 (Docker Distribution, OCI distribution):
-manifests and blobs, read-only, with the registry's own authentication.
-
-Authentication follows the registry's challenge: a request answered 401 with
-`WWW-Authenticate: Basic realm=...` is sent again with the user and password
-for that registry; `Bearer realm=...,service=...,scope=...` sends them (or
-nothing, for anonymous pulls) to the token service at `realm` and the request
-again with `Authorization: Bearer <token>` (tokens are kept until they expire).
-Credentials come from a Docker client config file (`config.json`: `auths` ->
-registry -> `auth` base64 "user:password", or `username` and `password`; a
-credential helper named by `credHelpers` or `credsStore`, run as
-`docker-credential-<name> get` and resolved exactly as the Docker SDK
-resolves them, helper first, then `auths`); identity tokens (OAuth2 refresh
-tokens) are not supported and are refused by name when a registry needs them.
-
-Registries on this host (127.0.0.0/8, ::1, localhost) are spoken to over http,
-every other over https (the system's CAs), as Docker does by default.
-
-Every answer is checked: a manifest's bytes must hash to the digest the
-registry announces (and to the digest asked for), a blob's to its digest.
-Errors are RegistryError with the registry's own code and message; `transient`
-says whether asking again later may help (unreachable, timeout, 5xx, 429).
+manifests and blobs, read-only, with the registry's own authentication (Basic or
+Bearer tokens; credentials from a Docker client config.json resolved as the Docker SDK
+does: `credHelpers`, `credsStore`, then `auths`). Every answer is checked against its
+digest; errors are RegistryError with `transient` saying whether asking again may help.
+More: ARCHITECTURE.md, "The registry client".
 """
 import base64
 import hashlib

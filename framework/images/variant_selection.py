@@ -1,25 +1,9 @@
 """Which variant of an image a node runs, and what pins it in a task.
 
-An entry can run on a node when the node meets every platform feature the
-entry names (the rules are isolator.discovery.platform_features') and, when the entry's
-config carries `com.nvidia.cuda.version`, the node's driver supports that CUDA
-version. Among the entries that can run, the most specific one is chosen:
-
-1. the one that constrains the most kinds of hardware, out of four: GPU
-   compute capability, CUDA version, driver, CPU (a family or an x86-64
-   level). An entry without features constrains none: it is the fallback;
-2. between equals, the one that asks the most, kind by kind in that order:
-   the highest compute capability, the newest CUDA version, the newest driver,
-   the most capable CPU (its x86-64 level, then how far down its family line);
-3. between equals still, the one listed first in the index.
-
-A node's features come from its agent attribute `platform_features`; an agent
-without the attribute meets no feature and runs only a fallback entry.
-
-The chosen entry is pinned: the task runs `<registry>/<repository>@<digest>`
-and carries `variant`, a JSON object {image, index, indexDigest, digest,
-features, position} that the task JSON, the events and the executor's check
-read (framework.executor.variant_check).
+An entry can run on a node that meets its platform features and its CUDA label;
+among those, the most specific wins, and the chosen entry is pinned by digest
+with a `variant` object the task JSON, the events and the executor read. The
+order of preference: ARCHITECTURE.md, "Image variants".
 """
 from dataclasses import dataclass, field
 from functools import lru_cache

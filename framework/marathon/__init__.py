@@ -1,17 +1,7 @@
-"""A Marathon v2-compatible REST API in front of the GPU framework.
+"""Marathon's v2 API family, in Marathon's own shape: `api` (one module per
+resource path and its JSON views) over `core` (the group manager, the API's
+changes, deployments, the instance keeper, task health, readiness) over `state`
+(the model read from and written to Marathon's JSON). Served by the HTTP kit
+(framework/http), mounted by framework/process/api_families.py.
 
-Reading bodies: `ids` (path ids), `json_reader`, `validation` (Marathon's error
-bodies), `app_model` (app fields, defaults, rules, JSON out), `groups` (group
-bodies, the tree, dependencies), `security` (auth, body limits, host access).
-
-State and changes: `registry` (apps, groups, deployments, tasks in memory and
-in the store), `versions`, `deployments` (plans in steps), `app_service` and
-`group_service` (the API's changes), `reconciler` (apps -> tasks, deployments
-moved along), `events` (SSE), `metrics`.
-
-HTTP: `routing` (requests, responses, the route table), one `api_*` module per
-resource (`api_apps`, `api_groups`, `api_tasks`, `api_system`,
-`api_unsupported`), `app_view` and `task_json` (JSON out, fast listings),
-`http_api` (the modules together), `server` (HTTP), `service` (the
-`mesos-gpu framework` process).
-"""
+Must not: import the dashboard (framework/ui) or the process (framework/process)."""

@@ -29,7 +29,7 @@ placed task got are in its slot's `host_ports` (by task id), in request order.
 Tasks asking for no port pay nothing for this.
 
 GPU health: offered GPUs the agent daemon reports not healthy and free
-(framework.health.gpu_health) are taken off the offer before anything is placed.
+(framework.gpus.gpu_health) are taken off the offer before anything is placed.
 
 Shared GPUs: a task asking for a share (0 < gpus < 1) goes only on an agent's
 gpu_shares_<index> resources (one per shared GPU, in slots of the agent's
@@ -125,7 +125,7 @@ class OfferSlot:
                    unusable_gpus: int = 0, unusable_shared: frozenset = frozenset()
                    ) -> "OfferSlot":
         """`unusable_gpus`: offered whole GPUs no task can get, `unusable_shared`: NVML
-        indices of shared GPUs no share can go on (not healthy, framework.health.gpu_health)."""
+        indices of shared GPUs no share can go on (not healthy, framework.gpus.gpu_health)."""
         amounts = unreserved_scalars(offer)
         return cls(offer_id=offer["id"]["value"], agent_id=offer["agent_id"]["value"],
                    hostname=offer.get("hostname", ""),

@@ -24,7 +24,7 @@ What it does with the master:
   cannot help (bad image, CUDA mismatch, no Docker engine) or the task is invalid;
 - kills (and re-sends the kill until a terminal update arrives);
 - keeps GPU tasks off GPUs the agent daemons report not healthy
-  (framework.health.gpu_health: the matcher takes them off the offers), and keeps the
+  (framework.gpus.gpu_health: the matcher takes them off the offers), and keeps the
   GPU usage executors report in status updates on the record (`gpu_usage`);
 - resolves the images of the registries it is given (`registries`) before a
   task is matched (framework.images.image_resolver): an index gets the variant the
@@ -48,11 +48,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
-from framework.health import gpu_usage
+from framework.gpus import gpu_usage
 from framework.tasks import taskinfo
 from framework.scheduling.agent_inventory import AgentInventory
 from framework.tasks.constraints import offer_fields
-from framework.health.gpu_health import GpuHealthView
+from framework.gpus.gpu_health import GpuHealthView
 from framework.scheduling.driver_supervisor import DriverSupervisor
 from framework.scheduling.mesos_credential import Credential
 from framework.images.image_resolver import FAILED, READY, ImageResolver

@@ -62,7 +62,7 @@ class TaskRecord:
     """What the framework knows of one task (copies are handed out).
 
     `app_version` and `config_version` say which version of its app launched
-    it (the API's reconciler replaces tasks of an older configuration);
+    it (the API's instance keeper replaces tasks of an older configuration);
     `staged_at` is when it was submitted, `started_at` when it first ran.
     """
     spec: TaskSpec
@@ -77,7 +77,7 @@ class TaskRecord:
     ports: list[int] = field(default_factory=list)  # the host ports it was given
     healthy: Optional[bool] = None                # its executor's health check says (None: no word)
     health: dict = field(default_factory=dict)    # that check's details (framework.tasks.health_check)
-    gpu_usage: dict = field(default_factory=dict)  # its executor's last report (framework.health.gpu_usage)
+    gpu_usage: dict = field(default_factory=dict)  # its executor's last report (framework.gpus.gpu_usage)
     message: str = ""
     reason: str = ""
     attempts: int = 0

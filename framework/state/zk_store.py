@@ -1,34 +1,10 @@
 """The framework's state in ZooKeeper (`--zk`): what the SQLite store keeps,
 shared by every framework instance, written only by the leader.
 
-Layout under `<path>/state` (nodes encoded by framework.state.zk_codec):
-
-    records/<kind>/<key>      one record (kind and key URL-quoted: app ids hold '/');
-                              a kind's node goes in the change that removes its
-                              last record (kinds per app: app_version:<id>)
-    framework_id              the Mesos framework id, as a record {"value": ...}
-    journal/tx-<seq>          a transaction too big for one ZooKeeper request
-
-The leader reads everything once when it is elected (`load()`, which also
-finishes or drops a journalled transaction and upgrades the layout, as
-framework.state.state_migration does for SQLite); then reads are served from memory
-and every change is written through. Each change (a `transaction()` of puts
-and deletes, or one put/delete) is ONE ZooKeeper transaction that also
-carries the leader's Fence (framework.ha.election): its epoch node unchanged, its
-election node alive. Record nodes are written with the version last seen, so
-a write that somebody else's would overlap is refused too. A refused or
-unknown outcome (the connection broke mid-request) raises StoreError and makes
-the instance step down: its memory may no longer be what ZooKeeper holds, and
-the next leader reads it all back.
-
-A change bigger than one ZooKeeper request (`max_node_size`, Marathon's
-`--zk_max_node_size`) goes through the journal: its records are written into
-a pending `journal/tx-N` node (in parts), then ONE fenced transaction creates
-`journal/tx-N/committed` (the commit point), then the records are applied in
-as many requests as it takes and the journal node is removed. A leader that
-dies before the commit point leaves a pending entry the next leader drops;
-after it, one the next leader applies again (applying is idempotent: each
-node is written to the state the transaction gives it).
+The leader loads it all when elected, then serves reads from memory and writes
+each change through as ONE fenced ZooKeeper transaction (a change too big for
+one goes through a journal). Its layout, the journal and why a refused write
+makes the leader step down: ARCHITECTURE.md, "The state in ZooKeeper".
 """
 import hashlib
 import json

@@ -4,7 +4,7 @@ volumes, Docker parameters, privileged mode, the user, the network.
 They are checked here for shape; whether the operator allows the ones that
 grant host access (host volumes, privileged, parameters such as --cap-add) is
 decided by the API before a task is ever made
-(framework.marathon.security.DockerPolicy). The executor applies them:
+(framework.http.security.DockerPolicy). The executor applies them:
 Docker gets them as `docker create` options, runc as OCI mounts and the
 process user, a host process as bind mounts in its mount namespace.
 """

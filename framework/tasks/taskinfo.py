@@ -1,26 +1,8 @@
 """TaskInfo builders: a TaskSpec placed on an offer, as the Mesos v1 JSON the
-master accepts, run by this project's executor.
-
-Every task gets its own executor (`mesos-gpu executor`, started by the agent
-through its `mesos` containerizer and posix/linux launcher). The executor does
-the container work itself: it asks the agent daemon for the task's GPUs, then
-starts a Docker container or a unified (cgroup + mount namespace, optionally
-runc) container. So:
-
-- the full task description travels in TaskInfo `data` (base64 JSON of the
-  TaskSpec): that is what the executor reads, whatever the master does with the
-  other fields;
-- TaskInfo `container` still says what the task is (type DOCKER with its image,
-  or type MESOS with or without a Docker image), so the master's and the
-  agent's state show it. The real Mesos 1.11 master accepts both on a task with
-  a custom executor (exercised by tests/framework/executor/test_gpu_tasks.py); the
-  agent's `mesos` containerizer only acts on ExecutorInfo.container, which we
-  leave unset, so it never needs Docker binaries or an image store.
-- the `gpus` scalar is in the task's resources: the master counts it, the
-  agent daemon enforces it; the host ports it took are its `ports` ranges;
-- the URIs to fetch are the executor's `CommandInfo.uris`: the agent's fetcher
-  puts them in the executor's sandbox (the task's) before it starts it;
-- `kill_policy` carries the task's grace between SIGTERM and SIGKILL.
+master accepts, run by this project's executor (one per task). The whole task
+travels in TaskInfo `data` (the TaskSpec); `container`, resources, URIs and the
+kill policy say the rest to Mesos. Why each field is set as it is:
+ARCHITECTURE.md, "TaskInfo".
 """
 import base64
 import json

@@ -1,5 +1,5 @@
 """Each GPU's health for the dashboard's nodes view, from what the framework
-reads of the agent daemons (framework.health.gpu_health: each daemon's /v1/health).
+reads of the agent daemons (framework.gpus.gpu_health: each daemon's /v1/health).
 
     agent id -> {"gpus": {uuid: {"health": "healthy" | "unhealthy" | "probing",
                                  "reason": why it is not healthy (when it is not)}},
@@ -9,11 +9,11 @@ reads of the agent daemons (framework.health.gpu_health: each daemon's /v1/healt
                                time), or None}
 
 Utilisation and memory are not here: they are a task's (its executor reports
-them, framework.health.gpu_usage) and the nodes view takes them from the task record.
+them, framework.gpus.gpu_usage) and the nodes view takes them from the task record.
 """
 from typing import Any, Callable, Dict, Mapping, Optional
 
-from framework.health.gpu_health import GpuHealthView
+from framework.gpus.gpu_health import GpuHealthView
 
 GpuDetails = Callable[[], Mapping[str, Mapping[str, Any]]]
 

@@ -1,43 +1,17 @@
 """`GET /v1/nodes`: every agent the framework has seen, its GPUs and which task
 holds each one, for the dashboard's nodes view and for scripts.
 
-Read-only, built from what the framework already has: the agents seen in
-offers (framework.scheduling.agent_inventory: attributes, GPU count, every GPU UUID a
-task was granted there) and the live task records (the registry's, with
-their granted GPU UUIDs). Nothing is invented: a free GPU whose UUID no task
-has reported is a tile without a UUID, and says so.
-
-    {"nodes": [{"id", "hostname", "state": "active" | "lost" | "tasks-only",
-                "gpuType", "gpuModel", "gpuTypes", "gpuMemoryMb",
-                "computeCapability", "nvidiaDriver", "cudaDriver",
-                "platformFeatures", "region", "zone", "attributes",
-                "healthError", "healthReportedAt",
-                "firstSeen", "lastOfferAt", "lostAt", "offered",
-                "gpuCount", "gpusHeld", "gpusFree", "gpusUnhealthy",
-                "gpus": [{"uuid": "GPU-..." | "MIG-..." | null,
-                          "state": "held" | "free" | "unhealthy" | "shared",
-                          "profile",                             # a MIG device's
-                          "taskId", "appId", "taskState",        # held
-                          "health", "reason", "utilization",     # when the
-                          "memory": {"usedMb", "totalMb"}}]}],   #  node publishes
-     "generatedAt"}
-
-Per-GPU health comes from `gpu_details` when one is given: agent id ->
-{"gpus": {uuid: {"health", "reason"}}, "error", "reportedAt"}
-(framework/ui/gpu_details.py: the agent daemons' health as
-framework.health.gpu_health reads it; a daemon that stopped answering is said on its
-node as `healthError`, its last report standing; a GPU not healthy that no task
-holds is an "unhealthy" tile, whether the daemon calls it unhealthy or
-probing); a held GPU's utilisation and memory are its task's, as the
-executor reports them (the record's `gpu_usage`, framework.health.gpu_usage).
-Without either the tiles carry no such fields.
+Read-only, built from the agents seen in offers and the live task records, with
+each GPU's health and usage when the daemons and executors report them; nothing
+is invented (a free GPU no task reported has no UUID, and says so). The JSON it
+answers: ARCHITECTURE.md, "GET /v1/nodes".
 """
 import json
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from framework.scheduling.agent_inventory import AgentInventory, AgentSeen
 from framework.tasks.constraints import REGION_FIELD, ZONE_FIELD
-from framework.marathon.registry import Registry
+from framework.marathon.core.group_manager import GroupManager
 from framework.scheduling.task_record import TaskRecord
 from framework.ui.gpu_details import GpuDetails
 from framework.tasks.timestamps import format_timestamp
@@ -71,9 +45,9 @@ def _split(text: Optional[str]) -> List[str]:
 
 
 class NodesView:
-    def __init__(self, registry: Registry, inventory: Optional[AgentInventory],
+    def __init__(self, group_manager: GroupManager, inventory: Optional[AgentInventory],
                  gpu_details: Optional[GpuDetails] = None) -> None:
-        self.registry = registry
+        self.group_manager = group_manager
         self.inventory = inventory or AgentInventory()
         self.gpu_details = gpu_details
         self._kept: Tuple[Any, bytes] = ((), b"")
@@ -81,12 +55,12 @@ class NodesView:
     def body(self) -> bytes:
         """The answer as JSON bytes, built again only when something changed."""
         details = self.gpu_details() if self.gpu_details else {}
-        with self.registry.lock:
-            key = (self.registry.generation, self.inventory.generation,
+        with self.group_manager.lock:
+            key = (self.group_manager.generation, self.inventory.generation,
                    json.dumps(details, sort_keys=True) if details else "")
             if self._kept[0] == key:
                 return self._kept[1]
-            tasks = [t for t in self.registry.tasks.values() if t.launched]
+            tasks = [t for t in self.group_manager.tasks.values() if t.launched]
         body = json.dumps(self.build(self.inventory.agents(), tasks, details),
                           separators=(",", ":")).encode()
         self._kept = (key, body)

@@ -6,26 +6,18 @@
 - `GET /v1/nodes`: the nodes and their GPUs (framework/ui/nodes.py).
 
 The page and its files hold no data: they are served without credentials
-(`is_public`), and the page asks for the API's credentials before it shows
+(framework/http/public_paths.py), and the page asks for the API's credentials before it shows
 anything; every piece of data it reads (`/v1/nodes`, `/v2/...`) needs them, as
 any API client does. `/v1/nodes` is outside `/v2`, Marathon's published surface.
 """
-import re
-
-from framework.marathon.routing import Request, Response, Router
-from framework.marathon.validation import message
+from framework.http.public_paths import SEGMENT, is_public  # noqa: F401 (the page's paths)
+from framework.http.routing import Request, Response, Router
+from framework.http.validation import message
 from framework.ui.nodes import NodesView
 from framework.ui.page import assemble
 from framework.ui.static_files import StaticFiles
 
-SEGMENT = r"[A-Za-z0-9_-][A-Za-z0-9_.-]*"          # never '.' or '..'
-_PUBLIC = re.compile(rf"/(?:ui(?:/(?:{SEGMENT}/)*(?:{SEGMENT})?)?)?")
 NODES_PATH = "/v1/nodes"
-
-
-def is_public(method: str, path: str) -> bool:
-    """The page, its files and the redirects to them: served to anyone."""
-    return method in ("GET", "HEAD") and _PUBLIC.fullmatch(path) is not None
 
 
 def register(router: Router, nodes: NodesView, static: StaticFiles) -> None:

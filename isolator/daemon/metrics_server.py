@@ -12,7 +12,7 @@ should not know (GPU figures, container and task ids). It is the same server
 as the unix socket's (selector, bounded workers, read timeouts), so a scraper
 that stalls costs a buffer, not a thread. Give 127.0.0.1 for a Prometheus on
 the node itself; the framework reaches it at the agent's own IP (see
-framework/health/gpu_health.py), so on a multi-node cluster give that IP or 0.0.0.0.
+framework/gpus/gpu_health.py), so on a multi-node cluster give that IP or 0.0.0.0.
 """
 import socket
 from typing import Optional, Tuple

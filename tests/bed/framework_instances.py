@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from localcluster import processes
-from tests.framework.marathon.http_client import Client
+from tests.bed.http_client import Client
 
 CREDENTIALS = "ops:s3cret"
 

@@ -1,36 +1,11 @@
-"""Fixtures of the examples/ tests: how to run the glyphnet workload as a user
-would (its own process, `python -m glyphnet`), and the real NVIDIA 535 libcuda
-from the test bed's driver tree (no GPU here: its cuInit fails for real)."""
-import os
-import subprocess
-import sys
+"""Fixtures of the examples/ tests: the real NVIDIA 535 libcuda from the test
+bed's driver tree (no GPU here: its cuInit fails for real). Running the workload
+as a user would: tests/bed/glyphnet.py."""
 from pathlib import Path
-from typing import Dict, Optional, Sequence
 
 import pytest
 
 from localcluster import driver_files
-from tests.bed import REPO
-
-COGNITIVE = REPO / "localcluster" / "cognitive"
-
-
-def workload_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
-    """os.environ with glyphnet importable and no libcuda to find: this machine
-    has none, but a stray LD_LIBRARY_PATH or $GLYPHNET_LIBCUDA must not decide it."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("GLYPHNET_LIBCUDA", "LD_LIBRARY_PATH", "MESOS_SANDBOX", "PORT0", "PORT")}
-    env["PYTHONPATH"] = f"{COGNITIVE}:{REPO}"     # glyphnet, and the product's volumes.cuda_driver
-    env["PYTHONUNBUFFERED"] = "1"
-    env.update(extra or {})
-    return env
-
-
-def run_glyphnet(args: Sequence[str], env: Optional[Dict[str, str]] = None,
-                 cwd: Optional[Path] = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "glyphnet", *args], env=workload_env(env),
-                          cwd=cwd, capture_output=True, text=True, timeout=timeout)
-
 
 @pytest.fixture(scope="session")
 def real_libcuda() -> Path:

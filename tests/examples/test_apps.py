@@ -9,7 +9,7 @@ import pytest
 
 from localcluster.cognitive import image
 from localcluster.cognitive.glyphnet.__main__ import build_parser
-from tests.examples.conftest import COGNITIVE
+from tests.bed.glyphnet import COGNITIVE
 
 FILES = sorted((COGNITIVE / "apps").glob("*.json"))
 SEGMENT = r"(([a-z0-9]|[a-z0-9][a-z0-9\-]*[a-z0-9])\.)*([a-z0-9]|[a-z0-9][a-z0-9\-]*[a-z0-9])"

@@ -11,7 +11,7 @@ import pytest
 
 from localcluster.cognitive.glyphnet import backend, gpu, kernel
 from volumes import cuda_driver as cuda
-from tests.examples.conftest import run_glyphnet
+from tests.bed.glyphnet import run_glyphnet
 
 
 def ptxas() -> Path:

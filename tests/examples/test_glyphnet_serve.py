@@ -14,7 +14,7 @@ import pytest
 
 from localcluster.cognitive.glyphnet import glyphs
 from localcluster.cognitive.glyphnet.serve import BadRequest, choose_port, parse_glyphs
-from tests.examples.conftest import workload_env
+from tests.bed.glyphnet import workload_env
 
 
 @pytest.fixture(scope="module")

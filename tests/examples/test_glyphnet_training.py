@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from localcluster.cognitive.glyphnet import glyphs, mlp
-from tests.examples.conftest import run_glyphnet
+from tests.bed.glyphnet import run_glyphnet
 
 
 def test_glyphs_are_distinct_8x8_bitmaps():

@@ -13,22 +13,22 @@ from typing import Iterator, List
 
 import pytest
 
-from framework.marathon.service import FrameworkService, add_arguments
+from framework.process.framework_process import FrameworkProcess, add_arguments
 from localcluster.mesos import LocalCluster
-from tests.examples.conftest import COGNITIVE
+from tests.bed.glyphnet import COGNITIVE
 
 LAUNCH = COGNITIVE / "launch.py"
 APP_IDS = ["/cognitive/docker/inference", "/cognitive/docker/training",
            "/cognitive/mesos/inference", "/cognitive/mesos/training"]
 
 
-def start_framework(master: str, state_dir, *extra: str) -> FrameworkService:
+def start_framework(master: str, state_dir, *extra: str) -> FrameworkProcess:
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     open_api = [] if "--http_credentials" in extra else ["--http_open"]   # launch.py's own tests
     args = parser.parse_args(["--master", master, "--state_dir", str(state_dir),
                               "--http_port", "0", *open_api, *extra])
-    service = FrameworkService(args).start()
+    service = FrameworkProcess(args).start()
     assert service.scheduler.wait_subscribed(30), "the scheduler did not subscribe"
     return service
 

@@ -20,11 +20,11 @@ import pytest
 
 from localcluster.cognitive import image
 from localcluster.cognitive.glyphnet import glyphs
-from framework.marathon.service import FrameworkService, add_arguments
+from framework.process.framework_process import FrameworkProcess, add_arguments
 from isolator.cgroups.docker_devices import LABEL as CONTAINER_LABEL
 from localcluster import fake_nvml
 from localcluster.mesos import Agent, Master
-from tests.examples.conftest import COGNITIVE
+from tests.bed.glyphnet import COGNITIVE
 from localcluster.gpu_node import GpuNode, layout_for_driver_files
 
 HOSTNAME = "gpu-v100"
@@ -56,7 +56,7 @@ def api(agent, node, docker_engine, tmp_path_factory):
                               "--agent_socket", str(node.socket),
                               "--docker_host", docker_engine.host, "--refuse_seconds", "1",
                               "--framework_name", "cognitive-e2e"])
-    service = FrameworkService(args).start()
+    service = FrameworkProcess(args).start()
     assert service.scheduler.wait_subscribed(30)
     try:
         yield service.http.url

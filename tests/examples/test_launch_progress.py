@@ -17,7 +17,7 @@ from typing import Dict, Iterator, List
 
 import pytest
 
-from tests.examples.conftest import COGNITIVE
+from tests.bed.glyphnet import COGNITIVE
 
 LAUNCH = COGNITIVE / "launch.py"
 INFERENCE, TRAINING = "/cognitive/docker/inference", "/cognitive/docker/training"

@@ -15,10 +15,8 @@ gang is not starved by small work behind it. Across queues, two phases:
    free GPUs, borrowing stops for everyone until it does (no backfill: the fair order
    holds, and a gang waiting for room collects it).
 
-Nothing is preempted except for a queue below its guarantee with work waiting: a
-guarantee cut below what a queue runs makes its overflow borrowed, taken back only
-when another queue is owed it. Placement on agents is the scheduler's: this pass counts
-GPUs cluster-wide, and admits in an order the scheduler then tries to place.
+Nothing is preempted except for a queue owed its guarantee (a guarantee cut only makes
+the overflow borrowed). Placement on agents is the scheduler's: this pass counts GPUs.
 """
 import time
 from collections import defaultdict

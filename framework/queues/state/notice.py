@@ -14,10 +14,8 @@ field), else GRACE_DEFAULT_SECONDS. What a task reads:
   "deadline_epoch": 1795780830.0, "grace_seconds": 30, "reason": "...", "unit": "...",
   "queue": "team-c", "reclaimed_for": "team-a"}.
 
-A task reports its last checkpoint by writing MESOS_GPU_CHECKPOINT_FILE (the executor
-reads it) or through the API, in one format: a JSON number (seconds since the epoch),
-a JSON string (Marathon's time format), or {"time": ..., "step": N}; an empty file
-(`touch`) means "now", its modification time.
+A checkpoint report (MESOS_GPU_CHECKPOINT_FILE, or the API): a JSON number (epoch
+seconds), a string (Marathon's time format), {"time": ..., "step": N}, or empty (`touch`).
 """
 import errno
 import os

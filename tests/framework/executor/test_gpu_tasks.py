@@ -12,26 +12,22 @@ from framework.state.state_store import StateStore
 from framework.tasks.taskinfo import ExecutorSettings
 from framework.tasks.task_spec import TaskSpec
 from isolator.cgroups.docker_devices import LABEL as CONTAINER_LABEL
-from localcluster import fake_nvml
-from localcluster.mesos import Agent, Master
+from tests.bed.gpu_bed import k80_node, master_and_agent
 from tests.framework.e2e import (VOLUME_LABEL, container_probe, host_probe, line_value, opened,
                                  sandbox_output, wait_for)
-from localcluster.gpu_node import GpuNode, layout_for_driver_files
 
 HOSTNAME = "gpu-k80"
 
 
 @pytest.fixture(scope="module")
 def node(docker_engine):
-    with GpuNode(layout_for_driver_files(fake_nvml.k80(), "fw-k80"), docker_engine.host) as n:
+    with k80_node(docker_engine, "fw-k80") as n:
         yield n
 
 
 @pytest.fixture(scope="module")
 def agent(mesos_prefix, node):
-    resources, attributes = node.flags()
-    with Master() as master, Agent(master, resources, attributes, hostname=HOSTNAME) as agent:
-        agent.master_process = master
+    with master_and_agent(node, HOSTNAME) as agent:
         yield agent
 
 

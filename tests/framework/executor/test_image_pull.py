@@ -412,7 +412,7 @@ def test_a_pull_longer_than_its_timeout_fails_the_task_and_stops(
     (None, {}, 1800.0), (None, {"MESOS_GPU_PULL_TIMEOUT": "90"}, 90.0),
     (12.5, {"MESOS_GPU_PULL_TIMEOUT": "90"}, 12.5)])
 def test_pull_timeout_comes_from_the_flag_then_the_environment(flag, env, expected):
-    from framework.executor.pull_timeout import pull_timeout
+    from framework.executor.cli import pull_timeout
     assert pull_timeout(flag, env) == expected
 
 
@@ -422,7 +422,7 @@ def test_pull_timeout_comes_from_the_flag_then_the_environment(flag, env, expect
     (None, {"MESOS_GPU_PULL_TIMEOUT": "-1"}, "MESOS_GPU_PULL_TIMEOUT: -1.0 is not a positive")])
 def test_a_bad_pull_timeout_is_refused_by_name(flag, env, words):
     from common.errors import UserError
-    from framework.executor.pull_timeout import pull_timeout
+    from framework.executor.cli import pull_timeout
     with pytest.raises(UserError, match=words.replace("(", r"\(")):
         pull_timeout(flag, env)
 

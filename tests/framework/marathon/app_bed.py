@@ -16,11 +16,11 @@ from typing import Iterator, List, Optional
 
 import pytest
 
-from framework.marathon.service import FrameworkService
+from framework.process.framework_process import FrameworkProcess
 from localcluster import fake_nvml
 from localcluster.gpu_node import GpuNode, layout_for_driver_files
 from localcluster.mesos import Agent, Master
-from tests.framework.marathon.conftest import client_of, framework_args
+from tests.bed.framework_process import client_of, framework_args
 from tests.bed.waiting import wait_until
 
 HOSTNAME = "127.0.0.1"
@@ -63,10 +63,10 @@ class Bed:
                                    "--docker_host", docker_engine.host, "--refuse_seconds", "1",
                                    "--gpu_scheduling_behavior", "unrestricted",
                                    "--allow_docker_parameters", ALLOWED, *extra)
-        self.service: Optional[FrameworkService] = None
+        self.service: Optional[FrameworkProcess] = None
 
     def start(self) -> "Bed":
-        self.service = FrameworkService(self.args).start()
+        self.service = FrameworkProcess(self.args).start()
         assert self.service.scheduler.wait_subscribed(30)
         return self
 
@@ -140,7 +140,7 @@ class FileServer:
 class EventTap:
     """Collects the events of /v2/events (server-sent events) in a thread."""
 
-    def __init__(self, service: FrameworkService, types: str = "") -> None:
+    def __init__(self, service: FrameworkProcess, types: str = "") -> None:
         self.events: List[dict] = []
         client = client_of(service)
         self.connection = http.client.HTTPConnection(client.host, client.port, timeout=300)

@@ -15,12 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from framework.marathon.service import FrameworkService
+from framework.process.framework_process import FrameworkProcess
 from framework.tasks.timestamps import parse_timestamp
-from localcluster import fake_nvml
-from localcluster.gpu_node import GpuNode, layout_for_driver_files
-from localcluster.mesos import Agent, Master
-from tests.framework.marathon.conftest import client_of, framework_args
+from tests.bed.gpu_bed import k80_node, master_and_agent
+from tests.bed.framework_process import client_of, framework_args
 from tests.bed.waiting import wait_until
 
 HOSTNAME = "api-bed"
@@ -30,15 +28,13 @@ DOMAIN = {"MESOS_DOMAIN": '{"fault_domain": {"region": {"name": "eu-west"}, '
 
 @pytest.fixture(scope="module")
 def node(docker_engine):
-    with GpuNode(layout_for_driver_files(fake_nvml.k80(), HOSTNAME), docker_engine.host) as n:
+    with k80_node(docker_engine, HOSTNAME) as n:
         yield n
 
 
 @pytest.fixture(scope="module")
 def agent(mesos_prefix, node):
-    resources, attributes = node.flags()
-    with Master(env=DOMAIN) as master, \
-            Agent(master, resources, attributes, hostname=HOSTNAME, env=DOMAIN) as running:
+    with master_and_agent(node, HOSTNAME, master_env=DOMAIN, agent_env=DOMAIN) as running:
         yield running
 
 
@@ -47,7 +43,7 @@ def service(agent, node, docker_engine, tmp_path_factory):
     args = framework_args(agent.master, tmp_path_factory.mktemp("framework"),
                           "--agent_socket", str(node.socket), "--docker_host", docker_engine.host,
                           "--refuse_seconds", "1", "--gpu_scheduling_behavior", "unrestricted")
-    running = FrameworkService(args).start()
+    running = FrameworkProcess(args).start()
     assert running.scheduler.wait_subscribed(30)
     yield running
     running.stop()

@@ -10,11 +10,9 @@ replace them (config change, kill, restart) while every GPU is taken, scale to
 
 import pytest
 
-from framework.marathon.service import FrameworkService
-from localcluster import fake_nvml
-from localcluster.mesos import Agent, Master
-from localcluster.gpu_node import GpuNode, layout_for_driver_files
-from tests.framework.marathon.conftest import client_of, framework_args
+from framework.process.framework_process import FrameworkProcess
+from tests.bed.gpu_bed import k80_node, master_and_agent
+from tests.bed.framework_process import client_of, framework_args
 from tests.bed.waiting import wait_until
 
 HOSTNAME = "marathon-k80"
@@ -22,14 +20,13 @@ HOSTNAME = "marathon-k80"
 
 @pytest.fixture(scope="module")
 def node(docker_engine):
-    with GpuNode(layout_for_driver_files(fake_nvml.k80(), "marathon-k80"), docker_engine.host) as n:
+    with k80_node(docker_engine, "marathon-k80") as n:
         yield n
 
 
 @pytest.fixture(scope="module")
 def agent(mesos_prefix, node):
-    resources, attributes = node.flags()
-    with Master() as master, Agent(master, resources, attributes, hostname=HOSTNAME) as running:
+    with master_and_agent(node, HOSTNAME) as running:
         yield running
 
 
@@ -55,7 +52,7 @@ def test_two_gpu_instances_restart_and_scale_to_zero(agent, node, docker_engine,
     state = tmp_path / "state"
     args = framework_args(agent.master, state, "--agent_socket", str(node.socket),
                           "--docker_host", docker_engine.host, "--refuse_seconds", "1")
-    service = FrameworkService(args).start()
+    service = FrameworkProcess(args).start()
     try:
         api = client_of(service)
         created = api.post("/v2/apps", {
@@ -82,7 +79,7 @@ def test_two_gpu_instances_restart_and_scale_to_zero(agent, node, docker_engine,
         service.stop()
 
     # A restarted framework serves the same app and finds the same tasks running.
-    service = FrameworkService(args).start()
+    service = FrameworkProcess(args).start()
     try:
         api = client_of(service)
         assert service.scheduler.wait_subscribed(30)

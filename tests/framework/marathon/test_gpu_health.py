@@ -17,14 +17,14 @@ import urllib.request
 
 import pytest
 
-from framework.marathon.events import OVERFLOW
-from framework.marathon.service import FrameworkService
+from framework.http.events import OVERFLOW
+from framework.process.framework_process import FrameworkProcess
 from localcluster import fake_nvml
 from localcluster.gpu_node import GpuNode, layout_for_driver_files
 from localcluster.mesos import Agent, Master
 from localcluster.processes import free_port
 from tests.bed.prometheus import families, values
-from tests.framework.marathon.conftest import client_of, framework_args
+from tests.bed.framework_process import client_of, framework_args
 from tests.bed.waiting import wait_until
 
 HOSTNAME = "health-v100"
@@ -56,7 +56,7 @@ def service(cluster, node, docker_engine, tmp_path_factory):
                           "--agent_socket", str(node.socket), "--docker_host",
                           docker_engine.host, "--refuse_seconds", "1",
                           "--gpu_health_interval", "0.5", "--gpu_usage_interval", "1")
-    running = FrameworkService(args).start()
+    running = FrameworkProcess(args).start()
     assert running.scheduler.wait_subscribed(30)
     yield running
     running.stop()

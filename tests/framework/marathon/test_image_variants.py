@@ -24,14 +24,14 @@ from dataclasses import replace
 
 import pytest
 
-from framework.marathon.service import FrameworkService, default_scheduler_factory
+from framework.process.framework_process import FrameworkProcess, default_scheduler_factory
 from localcluster import fake_nvml
 from localcluster.gpu_node import GpuNode, layout_for_driver_files
 from localcluster.mesos import Agent, Master
 from localcluster.registry import AMD64_LINUX, MEDIA_TYPES, Registry
 from tests.framework.e2e import sandbox_output
 from tests.isolator.discovery.test_platform_features import CPUINFO
-from tests.framework.marathon.conftest import client_of, framework_args
+from tests.bed.framework_process import client_of, framework_args
 from tests.bed.waiting import wait_until
 
 DRIVER = "nvidia-535-261"           # the driver version of the real 535 files the bed uses
@@ -94,7 +94,7 @@ def start_framework(bed, name, *extra, executor_env=None):
     args = framework_args(bed.master.address, bed.state / name, "--registry",
                           bed.registry.address, "--docker_host", bed.engine.host,
                           "--refuse_seconds", "1", *extra)
-    service = FrameworkService(args, scheduler_factory=factory).start()
+    service = FrameworkProcess(args, scheduler_factory=factory).start()
     assert service.scheduler.wait_subscribed(30)
     return service
 

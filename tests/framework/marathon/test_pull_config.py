@@ -6,9 +6,10 @@ import json
 
 import pytest
 
-from framework.marathon import app_model, task_builder
-from framework.marathon.security import DockerPolicy
-from framework.marathon.validation import Violations
+from framework.marathon.core import task_builder
+from framework.marathon.state import app_model
+from framework.http.security import DockerPolicy
+from framework.http.validation import Violations
 
 SECRET = "pull-secret-value"
 

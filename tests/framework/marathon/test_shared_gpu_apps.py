@@ -12,11 +12,9 @@ import os
 
 import pytest
 
-from framework.marathon.service import FrameworkService
-from localcluster import fake_nvml
-from localcluster.gpu_node import GpuNode, layout_for_driver_files
-from localcluster.mesos import Agent, Master
-from tests.framework.marathon.conftest import client_of, framework_args
+from framework.process.framework_process import FrameworkProcess
+from tests.bed.gpu_bed import k80_node, master_and_agent
+from tests.bed.framework_process import client_of, framework_args
 from tests.bed.waiting import wait_until
 
 HOSTNAME = "127.0.0.1"
@@ -24,8 +22,7 @@ HOSTNAME = "127.0.0.1"
 
 @pytest.fixture(scope="module")
 def node(docker_engine):
-    with GpuNode(layout_for_driver_files(fake_nvml.k80(), "shared-k80"), docker_engine.host,
-                 share_args=["--shared_gpus", "1"]) as n:
+    with k80_node(docker_engine, "shared-k80", share_args=["--shared_gpus", "1"]) as n:
         yield n
 
 
@@ -36,8 +33,7 @@ def agent(mesos_prefix, node):
     # executors run the code under test: a worktree's PYTHONPATH reaches them
     passed = {k: os.environ[k] for k in ("PATH", "PYTHONPATH") if k in os.environ}
     env = {"MESOS_EXECUTOR_ENVIRONMENT_VARIABLES": json.dumps(passed)}
-    with Master() as master, Agent(master, resources, attributes, hostname=HOSTNAME,
-                                   env=env) as running:
+    with master_and_agent(node, HOSTNAME, agent_env=env) as running:
         yield running
 
 
@@ -50,7 +46,7 @@ def running(api, app_id, count):
 def test_two_quarter_shares_run_on_the_shared_gpu_and_give_it_back(agent, node, tmp_path):
     args = framework_args(agent.master, tmp_path / "state", "--agent_socket", str(node.socket),
                           "--refuse_seconds", "1")
-    service = FrameworkService(args).start()
+    service = FrameworkProcess(args).start()
     try:
         api = client_of(service)
         reply = api.post("/v2/apps", {
@@ -118,7 +114,7 @@ def test_a_docker_task_on_an_mps_gpu_reaches_its_pipe_in_the_hosts_ipc(agent, no
                                                                        busybox_image):
     args = framework_args(agent.master, tmp_path / "state", "--agent_socket", str(node.socket),
                           "--docker_host", docker_engine.host, "--refuse_seconds", "1")
-    service = FrameworkService(args).start()
+    service = FrameworkProcess(args).start()
     try:
         api = client_of(service)
         reply = api.post("/v2/apps", {

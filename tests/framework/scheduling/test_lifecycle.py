@@ -17,12 +17,12 @@ import time
 
 import pytest
 
-from framework.marathon.service import FrameworkService
+from framework.process.framework_process import FrameworkProcess
 from isolator.api import CONTAINER_LABEL
 from localcluster import fake_nvml
 from localcluster.gpu_node import GpuNode, layout_for_driver_files
 from localcluster.mesos import Agent, Master
-from tests.framework.marathon.conftest import client_of, framework_args
+from tests.bed.framework_process import client_of, framework_args
 from tests.bed.waiting import wait_until
 
 HOSTNAME = "lifecycle-v100"
@@ -58,7 +58,7 @@ def api(cluster, node, docker_engine, busybox_image, tmp_path_factory):
     args = framework_args(master.address, tmp_path_factory.mktemp("life-state"),
                           "--agent_socket", str(node.socket), "--docker_host",
                           docker_engine.host, "--refuse_seconds", "1")
-    service = FrameworkService(args).start()
+    service = FrameworkProcess(args).start()
     assert service.scheduler.wait_subscribed(30)
     client = client_of(service)
     image = busybox_image()

@@ -13,59 +13,28 @@ until the agents it recovered from its registry have re-registered, and the
 scheduler must ask again. Then the agent resumes and re-registers; the answer
 comes; the GPU task was never touched (same task, same GPU, same ledger entry
 in the agent daemon); new work launches on the other GPU."""
-import functools
 import os
 import signal
 import time
 
 import pytest
 
-from framework.scheduling.scheduler import GpuScheduler, RetryPolicy, SchedulerConfig
-from framework.state.state_store import StateStore
-from framework.tasks.taskinfo import ExecutorSettings
 from framework.tasks.task_spec import TaskSpec
 from localcluster import fake_nvml
 from localcluster.gpu_node import GpuNode
-from tests.bed import waiting
 from tests.framework.e2e import wait_for
+from tests.framework.scheduling.failover_bed import started_scheduler, survivor_running, wait_until
 
 # A durable registry, and pings that make the agent notice a silent master
 # within ~3 s (1 s x 3) and register again.
 MASTER_ENV = {"MESOS_REGISTRY": "replicated_log", "MESOS_QUORUM": "1",
               "MESOS_AGENT_PING_TIMEOUT": "1secs", "MESOS_MAX_AGENT_PING_TIMEOUTS": "3"}
-FAILOVER_TIMEOUT = 300.0
 
 
 @pytest.fixture
 def node():
     with GpuNode(fake_nvml.k80(), volume=False) as n:      # two GPUs
         yield n
-
-
-# An unreachable or recovering master (connection refused, reset) counts as "not yet".
-wait_until = functools.partial(waiting.wait_until, interval=0.1, ignore=(OSError,))
-
-
-def started_scheduler(master_address, name, node, tmp_path):
-    """A GpuScheduler on `master_address`, and the updates it gives as (time, record)."""
-    config = SchedulerConfig(master=master_address, name=name, refuse_seconds=1,
-                             failover_timeout=FAILOVER_TIMEOUT, retry=RetryPolicy(max_attempts=1),
-                             executor=ExecutorSettings(agent_socket=str(node.socket)))
-    sched = GpuScheduler(config, StateStore(tmp_path / "state"))
-    updates = []
-    sched.on_update(lambda r: updates.append((time.monotonic(), r)))
-    sched.start()
-    return sched, updates
-
-
-def survivor_running(sched, node, timeout):
-    """Subscribed, a one-GPU task "survivor" running: (framework id, its record,
-    the agent daemon's containers)."""
-    assert sched.wait_subscribed(timeout)
-    sched.submit(TaskSpec(id="survivor", gpus=1, cpus=0.1, mem=32, cmd="sleep 300"))
-    before = wait_for(sched, "survivor", {"TASK_RUNNING"}, 60)
-    assert len(before.gpus) == 1
-    return sched.framework_id, before, node.containers()
 
 
 def framework_active(master, framework_id) -> bool:

@@ -16,7 +16,7 @@ from framework.tasks.task_spec import TaskSpec
 from localcluster import fake_nvml
 from localcluster.gpu_node import GpuNode
 from tests.framework.e2e import wait_for
-from tests.framework.scheduling.test_master_failover import started_scheduler, survivor_running, wait_until
+from tests.framework.scheduling.failover_bed import started_scheduler, survivor_running, wait_until
 
 AGENT_ENV = {"MESOS_REGISTRATION_BACKOFF_FACTOR": "100ms"}
 

@@ -27,7 +27,7 @@ from framework.tasks.task_spec import TaskSpec
 from localcluster import fake_nvml
 from localcluster.gpu_node import GpuNode
 from tests.framework.e2e import wait_for
-from tests.framework.scheduling.test_master_failover import wait_until
+from tests.framework.scheduling.failover_bed import wait_until
 from common.errors import UserError
 
 MISSED_HEARTBEATS = 1.5

@@ -19,12 +19,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Dict, Optional
 
-from framework.marathon.service import FrameworkService, default_scheduler_factory
+from framework.process.framework_process import FrameworkProcess, default_scheduler_factory
 from localcluster import fake_nvml
 from localcluster.gpu_node import GpuNode, layout_for_driver_files
 from localcluster.mesos import Agent, Master
 from localcluster.processes import free_port
-from tests.framework.marathon.conftest import client_of, framework_args
+from tests.bed.framework_process import client_of, framework_args
 
 NODES = {"v100-node": fake_nvml.v100x8, "k80-node": fake_nvml.k80}
 QUIET_SECONDS = 8             # the daemons' --health_quiet_period
@@ -45,7 +45,7 @@ class GpuBed:
         self.stack = ExitStack()
         self.nodes: Dict[str, GpuNode] = {}
         self.agents: Dict[str, Agent] = {}
-        self.service: Optional[FrameworkService] = None
+        self.service: Optional[FrameworkProcess] = None
         self.port = 0
 
     def start(self) -> "GpuBed":
@@ -69,17 +69,17 @@ class GpuBed:
             raise
         return self
 
-    def start_framework(self) -> FrameworkService:
+    def start_framework(self) -> FrameworkProcess:
         args = framework_args(self.master.address, self.state_dir, "--docker_host",
                               self.engine.host, "--refuse_seconds", "1",
                               "--gpu_health_interval", "0.5", "--gpu_usage_interval", "1")
         args.http_port = self.port
-        self.service = FrameworkService(args, scheduler_factory=_scheduler_without_socket).start()
+        self.service = FrameworkProcess(args, scheduler_factory=_scheduler_without_socket).start()
         self.port = self.service.http.server_address[1]
         assert self.service.scheduler.wait_subscribed(30), "the framework did not subscribe"
         return self.service
 
-    def restart_framework(self) -> FrameworkService:
+    def restart_framework(self) -> FrameworkProcess:
         self.service.stop()
         return self.start_framework()
 

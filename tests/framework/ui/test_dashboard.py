@@ -34,7 +34,7 @@ from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 
-from framework.marathon.server import MarathonHandler
+from framework.http.server import MarathonHandler
 from tests.bed import REPO
 from tests.bed.browser import Browser
 from tests.bed.waiting import wait_until

@@ -3,8 +3,8 @@ and Mesos master): any instance serves the page (those that do not lead
 forward it to the leader), the nodes view answers through any of them with
 the API's credentials only, and after the leader hands over, the new leader
 serves both (its routes are built with its state)."""
-from tests.framework.marathon.http_client import Client
-from tests.framework.marathon.test_ha_api import AUTH, api, instances, leader_of  # noqa: F401 (fixture)
+from tests.bed.http_client import Client
+from tests.bed.ha_services import api, leader_of
 from tests.bed.waiting import wait_until
 
 

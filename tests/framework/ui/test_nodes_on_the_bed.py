@@ -7,9 +7,9 @@ from dataclasses import replace
 
 import pytest
 
-from framework.marathon.service import FrameworkService, default_scheduler_factory
+from framework.process.framework_process import FrameworkProcess, default_scheduler_factory
 from localcluster.mesos import Agent, Master
-from tests.framework.marathon.conftest import client_of, framework_args
+from tests.bed.framework_process import client_of, framework_args
 from tests.bed.waiting import wait_until
 
 DEAD_AGENT = {"MESOS_AGENT_PING_TIMEOUT": "1secs", "MESOS_MAX_AGENT_PING_TIMEOUTS": "2"}
@@ -36,7 +36,7 @@ def test_agents_appear_as_offered_and_are_lost_when_they_die(master, tmp_path):
         return scheduler
 
     with Agent(master, "cpus:2;mem:1024;gpus:8", ATTRIBUTES, hostname="v100-a") as first:
-        service = FrameworkService(framework_args(master.address, tmp_path / "state"),
+        service = FrameworkProcess(framework_args(master.address, tmp_path / "state"),
                                    scheduler_factory=refreshing).start()
         try:
             assert service.scheduler.wait_subscribed(30)

@@ -12,7 +12,7 @@ import re
 import pytest
 
 from framework.ui.static_files import StaticFiles
-from tests.framework.marathon.conftest import client_of
+from tests.bed.framework_process import client_of
 
 REFERENCES = re.compile(r'(?:src|href)="([^"#][^"]*)"')
 EXTERNAL = re.compile(r"""(?:https?:)?//[A-Za-z0-9.-]+\.[A-Za-z]{2,}|@import|url\(\s*['"]?(?!data:)[a-z]+:|\bimport\s*\(""")

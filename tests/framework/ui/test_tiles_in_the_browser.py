@@ -1,6 +1,6 @@
 """What a GPU tile shows, in Chromium: a held GPU with its task, utilisation
 and memory; an unhealthy GPU with its reason; a free one. The API and its
-nodes view are the framework's own (real state store, registry, inventory fed
+nodes view are the framework's own (real state store, group_manager, inventory fed
 with offers as the master sends them); the per-GPU details stand in for the
 agents' published health and usage (issue 13's), which reach NodesView
 through its `gpu_details` source."""
@@ -8,19 +8,19 @@ import pytest
 
 from framework.scheduling.agent_inventory import AgentInventory
 from framework.ha.leadership import SingleInstance
-from framework.marathon.api_context import ApiContext
-from framework.marathon.events import EventBus
-from framework.marathon.http_api import MarathonApi
-from framework.marathon.metrics import Metrics
-from framework.marathon.registry import Registry
-from framework.marathon.security import Authenticator, DockerPolicy
-from framework.marathon.server import serve
+from framework.marathon.api.context import ApiContext
+from framework.http.events import EventBus
+from framework.marathon.api.http_api import MarathonApi
+from framework.http.metrics import Metrics
+from framework.marathon.core.group_manager import GroupManager
+from framework.http.security import Authenticator, DockerPolicy
+from framework.http.server import serve
 from framework.state.state_store import StateStore
 from framework.ui import routes as ui
 from framework.ui.nodes import NodesView
 from framework.ui.static_files import StaticFiles
 from tests.bed.browser import Browser
-from tests.framework.ui.test_nodes import UUIDS, offer, task
+from tests.bed.agent_offers import UUIDS, offer, task
 
 REASON = "XID 79: GPU has fallen off the bus"
 
@@ -29,21 +29,21 @@ REASON = "XID 79: GPU has fallen off the bus"
 def api_url(tmp_path):
     store = StateStore(tmp_path)
     events = EventBus()
-    registry = Registry(store, events)
+    group_manager = GroupManager(store, events)
     inventory = AgentInventory()
     inventory.saw_offers([offer(gpus=2)], {"agent-1": 1})
     held = task("serve.1", uuids=[UUIDS[1]], app="/serve")
-    with registry.lock:
-        registry.tasks = {held.id: held}
-        registry.touched()
+    with group_manager.lock:
+        group_manager.tasks = {held.id: held}
+        group_manager.touched()
     details = {"agent-1": {"gpus": {
         UUIDS[1]: {"health": "healthy", "utilization": 87.0,
                    "memory": {"usedMb": 9000, "totalMb": 16160}},
         UUIDS[2]: {"health": "unhealthy", "reason": REASON}}}}
-    context = ApiContext.build(registry, DockerPolicy(), lambda: {"name": "marathon"},
+    context = ApiContext.build(group_manager, DockerPolicy(), lambda: {"name": "marathon"},
                                SingleInstance(lambda: "127.0.0.1:0"), Metrics())
     api = MarathonApi(context)
-    ui.register(api.router, NodesView(registry, inventory, lambda: details), StaticFiles())
+    ui.register(api.router, NodesView(group_manager, inventory, lambda: details), StaticFiles())
     server = serve(api, events, Authenticator())          # open: no sign-in in this test
     try:
         yield server.url

@@ -355,7 +355,7 @@ def test_the_executors_usage_reports_go_on_through_a_daemon_restart(sick_node, p
     """The executor's reporter (a thread in the executor) asks the daemon: the daemon
     SIGKILLed costs no update and not the reporter; the restarted one answers again."""
     from framework.executor.usage_reporter import UsageReporter
-    from framework.health.gpu_usage import from_status
+    from framework.gpus.gpu_usage import from_status
     from isolator.client import AgentClient
     agent = sick_node()
     task = new_prober(probers)
