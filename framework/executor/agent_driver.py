@@ -75,6 +75,8 @@ class AgentPathExecutorDriver(MesosExecutorDriver):
         self.backoff_max = duration_env("MESOS_SUBSCRIPTION_BACKOFF_MAX", 2.0)
         token = os.environ.pop(TOKEN_ENV, None)
         self._authorization = f"Bearer {token}" if token else None
+        log.info("calling the agent %s", "with the token it gave (executor authentication)"
+                 if token else "without a token (the agent gave none)")
 
     def retry_delay(self) -> float:
         """RETRY_SECONDS +-25 %, within the agent's bound: every executor of a restarted

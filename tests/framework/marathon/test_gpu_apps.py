@@ -6,13 +6,19 @@ engine, and the `mesos-gpu framework` service with its GPU scheduler.
 Create an app with 2 instances of 1 GPU through HTTP, see both tasks running on
 distinct GPUs, restart the framework and find the app and its tasks again,
 replace them (config change, kill, restart) while every GPU is taken, scale to
-0 and see the GPUs free again."""
+0 and see the GPUs free again.
+
+Run twice: on an open cluster, and on one secured as production clusters are
+(`secure`: framework authentication on the master, executor authentication on the
+agent, localcluster/mesos_auth.py), where the framework subscribes with its principal
+and our executors call the agent with its token."""
 
 import pytest
 
 from framework.marathon.service import FrameworkService
 from localcluster import fake_nvml
 from localcluster.mesos import Agent, Master
+from localcluster.mesos_auth import MesosAuthentication
 from localcluster.gpu_node import GpuNode, layout_for_driver_files
 from tests.framework.marathon.conftest import client_of, framework_args
 from tests.bed.waiting import wait_until
@@ -26,10 +32,22 @@ def node(docker_engine):
         yield n
 
 
+@pytest.fixture(scope="module", params=["open", "secure"])
+def auth(request):
+    if request.param == "open":
+        yield None
+        return
+    with MesosAuthentication() as secured:
+        yield secured
+
+
 @pytest.fixture(scope="module")
-def agent(mesos_prefix, node):
+def agent(mesos_prefix, node, auth):
     resources, attributes = node.flags()
-    with Master() as master, Agent(master, resources, attributes, hostname=HOSTNAME) as running:
+    master_env = auth.master_env() if auth else None
+    agent_env = auth.agent_env() if auth else None
+    with Master(master_env) as master, \
+            Agent(master, resources, attributes, hostname=HOSTNAME, env=agent_env) as running:
         yield running
 
 
@@ -49,12 +67,13 @@ def replaced_all(api, old_ids):
     return tasks
 
 
-def test_two_gpu_instances_restart_and_scale_to_zero(agent, node, docker_engine, busybox_image,
-                                                     tmp_path):
+def test_two_gpu_instances_restart_and_scale_to_zero(agent, auth, node, docker_engine,
+                                                     busybox_image, tmp_path):
     image = busybox_image()
     state = tmp_path / "state"
     args = framework_args(agent.master, state, "--agent_socket", str(node.socket),
-                          "--docker_host", docker_engine.host, "--refuse_seconds", "1")
+                          "--docker_host", docker_engine.host, "--refuse_seconds", "1",
+                          *(auth.framework_args() if auth else ()))
     service = FrameworkService(args).start()
     try:
         api = client_of(service)

@@ -1,0 +1,133 @@
+"""Framework and executor authentication on a real Mesos 1.11 master and agent run as
+production clusters run them (localcluster/mesos_auth.py): the framework subscribes
+with its principal and secret, a wrong secret or none is refused in one line naming
+the principal, the secret shows in no log line, process title, environment or API
+answer; an executor call without the agent's token, or with a forged one, is refused.
+That our executor's calls with the token are taken is shown by the GPU end-to-end
+module run on such a cluster (tests/framework/marathon/test_gpu_apps.py, 'secure')."""
+import base64
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+
+import pytest
+
+from framework.marathon.service import FrameworkService
+from localcluster.mesos import Agent, Master
+from localcluster.mesos_auth import MesosAuthentication
+from tests.bed.waiting import wait_until
+from tests.framework.marathon.conftest import client_of, framework_args
+
+
+@pytest.fixture(scope="module")
+def secured(mesos_prefix):
+    with MesosAuthentication() as auth, Master(auth.master_env()) as master, \
+            Agent(master, "cpus:2;mem:1024", env=auth.agent_env()) as agent:
+        yield auth, master, agent
+
+
+def test_the_master_is_secured_as_asked(secured):
+    auth, master, agent = secured
+    flags = json.load(urllib.request.urlopen(master.url + "/master/flags"))["flags"]
+    assert flags["authenticate_http_frameworks"] == "true"
+    assert flags["http_framework_authenticators"] == "basic"
+    assert json.load(urllib.request.urlopen(agent.url + "/flags"))["flags"][
+        "authenticate_http_executors"] == "true"
+
+
+def test_the_right_secret_subscribes_and_shows_nowhere(secured, tmp_path, caplog):
+    auth, master, _ = secured
+    caplog.set_level(logging.DEBUG)
+    service = FrameworkService(framework_args(master.address, tmp_path / "state",
+                                              *auth.framework_args())).start()
+    try:
+        assert service.scheduler.wait_subscribed(30)
+        framework = next(f for f in master.state()["frameworks"]
+                         if f["id"] == service.scheduler.framework_id)
+        assert framework["principal"] == auth.principal
+        info = client_of(service).get("/v2/info")
+        assert info.status == 200 and auth.secret not in json.dumps(info.json)
+        assert auth.secret not in repr(service.credential)
+    finally:
+        service.stop()
+    assert caplog.records and not [r for r in caplog.records if auth.secret in r.getMessage()]
+    assert any(auth.principal in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("secret", ["wrong", "none"])
+def test_a_refused_framework_says_so_in_one_line_naming_the_principal(secured, tmp_path,
+                                                                      caplog, secret):
+    auth, master, _ = secured
+    extra = [] if secret == "none" else [
+        "--mesos_authentication_principal", auth.principal,
+        "--mesos_authentication_secret_file", str(auth.wrong_secret_file())]
+    service = FrameworkService(framework_args(master.address, tmp_path / "state",
+                                              *extra)).start()
+    try:
+        refused = wait_until(lambda: [r for r in caplog.records if r.levelno == logging.ERROR
+                                      and ("refused principal" in r.getMessage() or
+                                           "requires framework authentication" in
+                                           r.getMessage())], timeout=30)
+        line = refused[0].getMessage()
+        assert "\n" not in line and "401" in line
+        if secret == "wrong":
+            assert f"refused principal '{auth.principal}'" in line
+            assert "--mesos_authentication_secret_file" in line
+        else:
+            assert "--mesos_authentication_principal" in line
+        assert not service.scheduler.wait_subscribed(0.5)
+        assert not [f for f in master.state()["frameworks"]
+                    if f["id"] == service.scheduler.framework_id]
+    finally:
+        service.stop()
+    assert not [r for r in caplog.records if auth.secret in r.getMessage()]
+
+
+def test_the_cli_keeps_the_secret_out_of_its_title_environment_and_output(secured, tmp_path):
+    auth, master, _ = secured
+    exe = os.path.join(os.path.dirname(sys.executable), "mesos-gpu")
+    process = subprocess.Popen(
+        [exe, "framework", "--master", master.address, "--state_dir", str(tmp_path / "s"),
+         "--http_port", "0", *auth.framework_args()],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_until(lambda: any(f["principal"] == auth.principal and f["active"]
+                               for f in master.state()["frameworks"]), timeout=60)
+        for name in ("cmdline", "environ"):
+            with open(f"/proc/{process.pid}/{name}", "rb") as f:
+                assert auth.secret.encode() not in f.read(), name
+    finally:
+        process.send_signal(signal.SIGTERM)
+        output = process.communicate(timeout=60)[0]
+    assert process.returncode == 0, output
+    assert f"principal {auth.principal}" in output and auth.secret not in output
+
+
+def _executor_call(agent: Agent, authorization=None) -> int:
+    body = json.dumps({"type": "SUBSCRIBE", "framework_id": {"value": "fw"},
+                       "executor_id": {"value": "stranger"}, "subscribe": {}}).encode()
+    request = urllib.request.Request(agent.url + "/api/v1/executor", body,
+                                     {"Content-Type": "application/json",
+                                      "Accept": "application/json"})
+    if authorization:
+        request.add_header("Authorization", authorization)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return answer.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def test_an_executor_without_its_token_is_refused(secured):
+    _, _, agent = secured
+    header = base64.urlsafe_b64encode(b'{"alg":"HS256","typ":"JWT"}').decode().rstrip("=")
+    claims = base64.urlsafe_b64encode(json.dumps(
+        {"fid": "fw", "eid": "stranger", "cid": "c"}).encode()).decode().rstrip("=")
+    assert _executor_call(agent) == 401
+    assert _executor_call(agent, "Bearer not-a-token") == 401
+    assert _executor_call(agent, f"Bearer {header}.{claims}.Zm9yZ2Vk") == 401   # forged
