@@ -194,3 +194,16 @@ def test_a_missing_device_node_is_named_missing_not_opened(field):
         assert got[name]["status"] == "FAIL", got[name]
         assert f"{dev}/nvidia1 missing (ENOENT" in detail, detail
         assert f"{dev}/nvidia1 opened" not in detail
+
+
+def test_the_checks_programs_cannot_make_device_nodes(tmp_path):
+    """Run as root, NVIDIA's libraries make the device nodes they miss: the check's
+    programs run without CAP_MKNOD, so a check of a node without the driver leaves no
+    /dev/nvidiactl behind (it did)."""
+    from isolator.node_check import sandbox
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    ran = sandbox.run(str(volume), ["mknod", str(tmp_path / "nvidiactl"), "c", "195", "255"],
+                      sandbox.environment_for(None))
+    assert ran.returncode != 0 and "Operation not permitted" in ran.stderr, ran
+    assert not (tmp_path / "nvidiactl").exists()
