@@ -131,3 +131,50 @@ def test_an_executor_without_its_token_is_refused(secured):
     assert _executor_call(agent) == 401
     assert _executor_call(agent, "Bearer not-a-token") == 401
     assert _executor_call(agent, f"Bearer {header}.{claims}.Zm9yZ2Vk") == 401   # forged
+
+
+def test_the_role_is_registered_and_its_offers_run_tasks(secured, tmp_path):
+    """--mesos_role: the framework registers in that role and launches on its offers
+    (unreserved resources allocated to the role); our executor calls the secured
+    agent with its token (the task would not get to RUNNING otherwise)."""
+    auth, master, _ = secured
+    service = FrameworkService(framework_args(
+        master.address, tmp_path / "state", "--agent_socket", "none", "--refuse_seconds", "1",
+        "--mesos_role", "gpu-team", *auth.framework_args())).start()
+    try:
+        assert service.scheduler.wait_subscribed(30)
+        framework = next(f for f in master.state()["frameworks"]
+                         if f["id"] == service.scheduler.framework_id)
+        assert framework["role"] == "gpu-team" or framework.get("roles") == ["gpu-team"]
+        api = client_of(service)
+        assert api.get("/v2/info").json["marathon_config"]["mesos_role"] == "gpu-team"
+        created = api.post("/v2/apps", {"id": "/role/sleep", "cmd": "sleep 600", "cpus": 0.1,
+                                        "mem": 32, "instances": 1})
+        assert created.status == 201, created.json
+        wait_until(lambda: [t for t in api.get("/v2/apps/role/sleep/tasks").json["tasks"]
+                            if t["state"] == "TASK_RUNNING"], timeout=60)
+        assert api.delete("/v2/apps/role/sleep?force=true").status == 200
+        wait_until(lambda: api.get("/v2/apps/role/sleep").status == 404, timeout=60)
+    finally:
+        service.stop()
+
+
+def test_bad_role_and_half_credentials_are_one_line_errors(tmp_path):
+    cases = [(["--mesos_role", "bad role"], "--mesos_role"),
+             (["--mesos_role", ".."], "--mesos_role"),
+             (["--mesos_authentication_principal", "p"], "needs --mesos_authentication_secret_file"),
+             (["--mesos_authentication_secret_file", str(tmp_path / "s")],
+              "needs --mesos_authentication_principal"),
+             (["--mesos_authentication_principal", "p", "--mesos_authentication_secret_file",
+               str(tmp_path / "missing")], "No such file")]
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
+    cases.append((["--mesos_authentication_principal", "p",
+                   "--mesos_authentication_secret_file", str(empty)], "the file is empty"))
+    for extra, words in cases:
+        result = subprocess.run([sys.executable, "-m", "mesos_gpu", "framework", "--master",
+                                 "127.0.0.1:1", "--state_dir", str(tmp_path / "state"), *extra],
+                                capture_output=True, text=True, timeout=60)
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and len(lines) == 1 and words in lines[0], result.stderr
+    assert not (tmp_path / "state").exists()
