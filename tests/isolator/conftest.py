@@ -14,7 +14,7 @@ from isolator.cgroups import cgroup_host
 from isolator.api import Grant
 from isolator.client import AgentClient
 from tests.bed import cgroups as bed_cgroups
-from localcluster import fake_nvml
+from localcluster import device_nodes, fake_nvml
 
 HOST = cgroup_host.detect()
 VERSION_MOUNTS = {"v1": HOST.devices_v1, "v2": HOST.unified}
@@ -72,7 +72,7 @@ class Daemon:
     def start(self, wait: bool = True) -> "Daemon":
         self.log_file = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "mesos_gpu", "agent", *self.args],
+            [*device_nodes.NO_MKNOD, sys.executable, "-m", "mesos_gpu", "agent", *self.args],
             env=self.env, stdout=self.log_file, stderr=subprocess.STDOUT)
         if wait:
             self.wait_ready()
