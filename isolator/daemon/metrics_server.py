@@ -37,7 +37,7 @@ def parse_address(text: str, flag: str = "--metrics_address") -> Tuple[str, int]
 
 class MetricsServer(AgentServer):
     worker_name = "metrics-worker"
-    max_body = 0                    # GET only: a request is its head
+    max_body = 1024                 # GET only: a body is read (and the route refused) up to this
     # anyone on the network may connect here: a flood of connections costs at most
     # this many buffers of a request head each (the unix socket is root's only)
     max_connections_cap = 512

@@ -170,7 +170,7 @@ def _closed(s: socket.socket, timeout: float) -> bool:
         return True
 
 
-def test_the_metrics_port_takes_no_request_body(metrics_daemon):
+def test_the_metrics_port_takes_no_large_request_body(metrics_daemon):
     s = _connect_tcp(metrics_daemon)
     try:
         s.sendall(b"GET /metrics HTTP/1.1\r\nContent-Length: 1000000\r\n\r\n")
