@@ -36,6 +36,7 @@ log = logging.getLogger("mesos-gpu.executor")
 
 NOT_ROUTED_YET = "Failed with HTTP 404"     # pymesos' RuntimeError for a 404 answer
 TOKEN_ENV = "MESOS_EXECUTOR_AUTHENTICATION_TOKEN"
+REFUSED = "Failed with HTTP 401"            # ... for an unauthenticated call
 
 
 def agent_api_path(env: Mapping[str, str] = os.environ) -> str:
@@ -126,6 +127,8 @@ class _Connection(pymesos.process.Connection):
         try:
             alive = super().read()
         except RuntimeError as e:
+            if self._stream_id is None and str(e).startswith(REFUSED):
+                _say_refused(self._callback)
             if not (retry and self._stream_id is None and str(e).startswith(NOT_ROUTED_YET)):
                 raise
             log.warning("the agent is not up yet (HTTP 404 to SUBSCRIBE): retrying")
@@ -133,6 +136,16 @@ class _Connection(pymesos.process.Connection):
         if not alive and retry and self._stream_id is None:
             time.sleep(self._callback.retry_delay())   # then pymesos connects again
         return alive
+
+
+def _say_refused(driver: Any) -> None:
+    """One line for an agent that refuses this executor as unauthenticated."""
+    if getattr(driver, "_authorization", None):
+        log.error("the agent refused this executor's token (HTTP 401): was the agent's "
+                  "--executor_secret_key changed since it started the executor?")
+    else:
+        log.error("the agent refused this executor (HTTP 401): it runs with "
+                  "--authenticate_http_executors and gave it no token (%s)", TOKEN_ENV)
 
 
 pymesos.process.Connection = _Connection
