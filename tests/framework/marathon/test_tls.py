@@ -171,3 +171,36 @@ def test_bad_tls_flags_are_one_line_errors(pki, tmp_path):
         lines = result.stderr.strip().splitlines()
         assert result.returncode == 2 and len(lines) == 1 and words in lines[0], result.stderr
     assert not (tmp_path / "state").exists()
+
+
+def test_a_stalled_tls_handshake_is_cut_and_a_full_server_answers_503_over_tls(
+        cluster, pki, tmp_path):
+    service = FrameworkService(framework_args(
+        cluster.address, tmp_path / "s", *tls_flags(pki, "--disable_http"),
+        "--http_request_timeout", "1", "--http_max_connections", "2")).start()
+    try:
+        host, port = service.http.server_address[:2]
+        stalled = socket.create_connection((host, port), timeout=30)   # says nothing
+        try:
+            assert stalled.recv(100) == b""                 # closed at the request timeout
+        except ConnectionResetError:
+            pass
+        finally:
+            stalled.close()
+        held = [trusting(pki).wrap_socket(socket.create_connection((host, port), timeout=30),
+                                          server_hostname=host) for _ in range(2)]
+        try:
+            token = base64.b64encode(service.auth.credentials.encode()).decode()
+            for s in held:             # each holds a thread: an event stream, kept open
+                s.sendall(b"GET /v2/events HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream"
+                          b"\r\nAuthorization: Basic " + token.encode() + b"\r\n\r\n")
+                assert s.recv(4096).startswith(b"HTTP/1.1 200")
+            extra = trusting(pki).wrap_socket(socket.create_connection((host, port), timeout=30),
+                                              server_hostname=host)
+            with extra:
+                assert extra.recv(4096).startswith(b"HTTP/1.1 503")
+        finally:
+            for s in held:
+                s.close()
+    finally:
+        service.stop()

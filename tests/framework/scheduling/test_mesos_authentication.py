@@ -178,3 +178,47 @@ def test_bad_role_and_half_credentials_are_one_line_errors(tmp_path):
         lines = result.stderr.strip().splitlines()
         assert result.returncode == 2 and len(lines) == 1 and words in lines[0], result.stderr
     assert not (tmp_path / "state").exists()
+
+
+def test_a_secured_agent_and_master_restart_under_a_running_task(mesos_prefix, tmp_path):
+    """SIGKILL and restart of the agent: our executor re-subscribes with the token it was
+    given (signed with the same key, still good) and its task lives on; SIGKILL and
+    restart of the master: the framework subscribes again with its principal."""
+    with MesosAuthentication() as auth, \
+            Master({**auth.master_env(), "MESOS_REGISTRY": "replicated_log",
+                    "MESOS_QUORUM": "1"}) as master, \
+            Agent(master, "cpus:2;mem:1024", env=auth.agent_env()) as agent:
+        service = FrameworkService(framework_args(
+            master.address, tmp_path / "state", "--agent_socket", "none",
+            "--refuse_seconds", "1", *auth.framework_args())).start()
+        try:
+            assert service.scheduler.wait_subscribed(30)
+            api = client_of(service)
+            assert api.post("/v2/apps", {"id": "/keep", "cmd": "sleep 600", "cpus": 0.1,
+                                         "mem": 32, "instances": 1}).status == 201
+
+            def running():
+                tasks = api.get("/v2/apps/keep/tasks").json["tasks"]
+                return [t["id"] for t in tasks if t["state"] == "TASK_RUNNING"]
+            task = wait_until(running, timeout=60)
+            agent.crash()
+            agent.restart()
+            agent.wait_registered(30)
+            wait_until(lambda: "re-registered with agent" in _executor_log(agent), 30,
+                       "the executor re-subscribed with its token")
+            assert "HTTP 401" not in _executor_log(agent)
+            framework_id = service.scheduler.framework_id
+            master.crash()
+            master.restart()
+            wait_until(lambda: any(f["id"] == framework_id and f["active"]
+                                   and f["principal"] == auth.principal
+                                   for f in master.state()["frameworks"]), 60,
+                       "the framework subscribed again with its principal")
+            assert wait_until(running, timeout=30) == task
+        finally:
+            service.stop()
+
+
+def _executor_log(agent: Agent) -> str:
+    return "\n".join(p.read_text(errors="replace") for p in agent.run_dir.rglob("stderr")
+                     if "executors/mesos-gpu." in str(p))
