@@ -32,9 +32,10 @@ log = logging.getLogger(__name__)
 KEEPALIVE_SECONDS = 15.0
 SOCKET_TIMEOUT_SECONDS = 60.0      # one write to a client that does not read
 REFUSERS = 16                      # threads that may answer 503 at once beyond the cap
+_REFUSAL_BODY = b'{"message":"too many connections to this server: try again soon"}'
 REFUSAL = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-           b"Retry-After: 1\r\nConnection: close\r\nContent-Length: 64\r\n\r\n"
-           b'{"message":"too many connections to this server: try again soon"}')
+           b"Retry-After: 1\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s"
+           % (len(_REFUSAL_BODY), _REFUSAL_BODY))
 
 
 class MarathonHttpServer(ThreadingHTTPServer):

@@ -5,6 +5,7 @@ must be whole within --http_request_timeout, however slowly it comes, where the
 socket's timeout was per read: a byte a minute held a thread for ever), and pipelined
 requests never read (the kernel's buffers push back). Other clients are served once
 the flood ends, and during it where a connection is free."""
+import json
 import select
 import signal
 import socket
@@ -78,6 +79,9 @@ def test_connections_beyond_the_cap_get_503_and_threads_stay_bounded(framework):
             refused = [a for a in answers if a.startswith(b"HTTP/1.1 503")]
             assert refused and all(a == b"" or a.startswith(b"HTTP/1.1 503") for a in answers)
             assert b"too many connections" in refused[0]
+            head, _, body = refused[0].partition(b"\r\n\r\n")
+            assert json.loads(body)["message"].startswith("too many connections")
+            assert f"Content-Length: {len(body)}\r\n".encode() in head + b"\r\n"
             assert proc_status(pid, "Threads") <= threads + CAP + 16
         finally:
             for s in flood:
