@@ -15,12 +15,14 @@ container ends with it.
 A daemon that is restarting, or busy, is waited for: refused or failed connects
 and 503 "busy" answers are retried with back-off for up to `connect_timeout`
 seconds (prepare and isolate are safe to ask again: the same request answers the
-same grant). Every refusal raises AgentError (a UserError) carrying the daemon's
+same grant); each pause is drawn within +-50 % of the back-off, so the executors of a
+node whose daemon restarts do not all knock again in the same instant. Every refusal raises AgentError (a UserError) carrying the daemon's
 message and HTTP status; a daemon that cannot be reached within the bound is
 AgentError with status 503.
 """
 import http.client
 import json
+import random
 import socket
 import threading
 import time
@@ -36,6 +38,11 @@ __all__ = ["AgentClient", "AgentError"]
 CONNECT_TIMEOUT = 30.0
 FIRST_RETRY = 0.05
 MAX_RETRY = 1.0
+
+
+def retry_pause(delay: float) -> float:
+    """The back-off `delay` with jitter: many clients retrying one daemon spread out."""
+    return delay * random.uniform(0.5, 1.5)
 
 
 class _UnixConnection(http.client.HTTPConnection):
@@ -121,7 +128,7 @@ class AgentClient:
                     raise AgentError(f"agent-side module not reachable at {self.socket_path} "
                                      f"within {self.connect_timeout:g} s: {e}",
                                      status=503) from None
-                time.sleep(delay)
+                time.sleep(retry_pause(delay))
                 delay = min(MAX_RETRY, delay * 2)
         if resp.getheader("Content-Type", "").startswith("text/plain"):
             if resp.status != 200:

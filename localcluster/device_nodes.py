@@ -13,6 +13,12 @@ from typing import Dict, Iterable
 NVIDIA_MAJOR = 195
 CTL_MINOR = 255
 UVM_MAJOR = 240        # in the "local/experimental" range, never a real driver here
+# A simulated node's agent daemon runs under this: without CAP_MKNOD for it and its
+# children. The real NVIDIA programs it starts (the MPS control daemon and its servers),
+# run as root, make the device nodes they miss in the host's /dev (/dev/nvidiactl,
+# c 195:255, 0666): the tests left one there. A real node keeps CAP_MKNOD (libcuda may
+# have nvidia-modprobe make /dev/nvidia-uvm on first use).
+NO_MKNOD = ["setpriv", "--bounding-set", "-mknod", "--"]
 
 def _mknod(path: Path, major: int, minor: int) -> None:
     if path.exists():

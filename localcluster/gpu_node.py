@@ -117,7 +117,8 @@ class GpuNode:
             args += ["--driver_volume", "none"]
         logged = len(self.log())
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(MESOS_GPU + args, env=self.env(), stdout=log,
+            prefix = device_nodes.NO_MKNOD if self.simulated else []
+            self.proc = subprocess.Popen(prefix + MESOS_GPU + args, env=self.env(), stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 120
         while READY_LINE not in self.log()[logged:]:

@@ -28,6 +28,7 @@ from framework.mesos_api.values import parse_duration
 log = logging.getLogger("mesos-gpu.executor")
 
 TOKEN_ENV = "MESOS_EXECUTOR_AUTHENTICATION_TOKEN"
+REFUSED = "Failed with HTTP 401"            # ... for an unauthenticated call
 
 
 def agent_api_path(env: Mapping[str, str] = os.environ) -> str:
@@ -62,8 +63,21 @@ class AgentPathExecutorDriver(ExecutorDriver):
         token = os.environ.pop(TOKEN_ENV, None)
         super().__init__(executor, path, f"Bearer {token}" if token else None)
         self.backoff_max = duration_env("MESOS_SUBSCRIPTION_BACKOFF_MAX", 2.0)
+        log.info("calling the agent %s", "with the token it gave (executor authentication)"
+                 if token else "without a token (the agent gave none)")
 
     def retry_delay(self) -> float:
         """RETRY_SECONDS +-25 %, within the agent's bound: every executor of a restarted
         agent retries, and in step they would arrive together each time."""
         return min(self.backoff_max, self.RETRY_SECONDS * random.uniform(0.75, 1.25))
+
+    def refused(self, error) -> None:
+        """A 401 is executor authentication: say which side of it failed, in one line."""
+        if error.status != 401:
+            return super().refused(error)
+        if self._authorization:
+            log.error("the agent refused this executor's token (HTTP 401): was the agent's "
+                      "--executor_secret_key changed since it started the executor?")
+        else:
+            log.error("the agent refused this executor (HTTP 401): it runs with "
+                      "--authenticate_http_executors and gave it no token (%s)", TOKEN_ENV)

@@ -10,10 +10,13 @@ back as the leader gave it, with `X-Marathon-Leader: http://<leader>`. The
 request carries `Via: 1.1 <this instance>`; a request that already passed
 here is a loop (two instances each thinking the other leads) and gets 502.
 No known leader: 503 "Could not determine the current leader" (Marathon's
-words); a leader that does not answer within 10 s: 503 naming it.
+words); a leader that does not answer within 10 s: 503 naming it. With TLS
+(`tls`, the instances serve HTTPS) the request goes over HTTPS, the leader's
+certificate checked against its name in ZooKeeper.
 """
 import http.client
 import logging
+import ssl
 from typing import Callable, Dict, Mapping, Optional
 
 from framework.ha.leadership import Leadership
@@ -44,10 +47,12 @@ TIMEOUT = 10.0
 
 class LeaderProxy:
     def __init__(self, leadership: Leadership, address: Callable[[], str],
-                 timeout: float = TIMEOUT) -> None:
+                 timeout: float = TIMEOUT, tls: Optional[ssl.SSLContext] = None) -> None:
         self.leadership = leadership
         self._address = address
         self.timeout = timeout
+        self.tls = tls
+        self.scheme = "https" if tls is not None else "http"
 
     def forwards(self, request: Request) -> bool:
         return not answered_here(request) and not self.leadership.is_leader()
@@ -65,12 +70,14 @@ class LeaderProxy:
         if leader == me:       # it leads on record, but may not act now (no ZooKeeper)
             return Response(503, {"message": f"the leader {me} cannot reach ZooKeeper and does "
                                              f"not act until it can; try again"},
-                            {LEADER_HEADER: f"http://{leader}"})
+                            leader_header(leader, self.scheme))
         out: Dict[str, str] = {k: v for k, v in headers.items()
                                if k.lower() not in _NOT_FORWARDED}
         out["Via"] = f"{via}, 1.1 {me}" if via else f"1.1 {me}"
         host, _, port = leader.rpartition(":")
-        connection = http.client.HTTPConnection(host, int(port), timeout=self.timeout)
+        connection = (http.client.HTTPSConnection(host, int(port), timeout=self.timeout,
+                                                  context=self.tls) if self.tls is not None
+                      else http.client.HTTPConnection(host, int(port), timeout=self.timeout))
         try:
             connection.request(method, target, body=body or None, headers=out)
             answer = connection.getresponse()
@@ -79,12 +86,12 @@ class LeaderProxy:
         except (OSError, http.client.HTTPException) as e:
             log.warning("forwarding %s %s to the leader %s: %s", method, target, leader, e)
             return Response(503, {"message": f"the leader {leader} did not answer: {e}"},
-                            {LEADER_HEADER: f"http://{leader}"})
+                            leader_header(leader, self.scheme))
         finally:
             connection.close()
-        returned[LEADER_HEADER] = f"http://{leader}"
+        returned.update(leader_header(leader, self.scheme))
         return Response(answer.status, data, returned)
 
 
-def leader_header(address: Optional[str]) -> Dict[str, str]:
-    return {LEADER_HEADER: f"http://{address}"} if address else {}
+def leader_header(address: Optional[str], scheme: str = "http") -> Dict[str, str]:
+    return {LEADER_HEADER: f"{scheme}://{address}"} if address else {}

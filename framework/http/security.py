@@ -10,17 +10,27 @@ that address; without credentials a task could create apps, GPUs and host
 access included. `--http_credentials`/`--http_token_file` choose others;
 `--http_open` serves without any (the operator's explicit choice).
 
+How it is reached: HTTP and, with `--https_port`, TLS (`TlsSettings`): the credentials
+above then cross the network encrypted, leader forwarding between instances included.
+Marathon takes a Java keystore (`--ssl_keystore_path`); a Python server takes PEM
+files, what `openssl`, certbot and every CA hand out: `--ssl_cert` (the chain) and
+`--ssl_key`. `--disable_http` leaves HTTPS alone. Each server holds at most
+`--http_max_connections` connections (503 beyond) and a request must arrive whole
+within `--http_request_timeout` (server.py).
+
 An app runs with exactly the GPUs it was granted. Docker options such as
 `--privileged`, `--device`, `-v`, `--cap-add`, `--pid=host` or `--gpus` would
 let it walk around that (or around the whole machine), so they are refused
 with a 422 that names the field, unless the operator lists them in
 `--allow_docker_parameters`.
 """
+import argparse
 import base64
 import hmac
 import logging
 import os
 import secrets
+import ssl
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +41,8 @@ from common.errors import UserError
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+DEFAULT_MAX_CONNECTIONS = 512
+DEFAULT_REQUEST_TIMEOUT = 30.0       # Jetty's idle timeout, which Marathon keeps
 CREDENTIALS_FILE = "http_credentials"
 DEFAULT_USER = "marathon"
 
@@ -190,3 +202,85 @@ def _read_credentials(path: str) -> str:
     if ":" not in text or not text.split(":", 1)[0] or not text.split(":", 1)[1]:
         raise UserError(f"{path}: expected one line user:password")
     return text
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """TLS and the servers' bounds."""
+    p.add_argument("--https_port", type=int, metavar="PORT",
+                   help="serve the API, the dashboard and leader forwarding over TLS on this "
+                        "port of --http_address too (Marathon's flag; 0 picks a free one); "
+                        "needs --ssl_cert and --ssl_key")
+    p.add_argument("--ssl_cert", metavar="FILE",
+                   help="PEM certificate chain of the HTTPS server (Marathon's "
+                        "--ssl_keystore_path is a Java keystore; PEM is what openssl makes)")
+    p.add_argument("--ssl_key", metavar="FILE", help="PEM private key of --ssl_cert")
+    p.add_argument("--ssl_ca_file", metavar="FILE",
+                   help="CA certificates an instance checks the leader's certificate with "
+                        "when it forwards to it (--zk); default: the system's CAs and "
+                        "--ssl_cert itself (one self-signed certificate shared by all)")
+    p.add_argument("--disable_http", action="store_true",
+                   help="no plain HTTP: HTTPS only (Marathon's flag; needs --https_port)")
+    p.add_argument("--http_max_connections", type=int, default=DEFAULT_MAX_CONNECTIONS,
+                   metavar="N", help="connections each server holds at once (one thread "
+                                     "each); beyond them: 503. Default "
+                                     f"{DEFAULT_MAX_CONNECTIONS}")
+    p.add_argument("--http_request_timeout", type=float, default=DEFAULT_REQUEST_TIMEOUT,
+                   metavar="SECONDS", help="a request (head and body) must arrive whole within "
+                                           "this, counted from when the server waits for it "
+                                           "(an idle kept-alive connection is closed then); "
+                                           f"default {DEFAULT_REQUEST_TIMEOUT:g}")
+
+
+@dataclass(frozen=True)
+class TlsSettings:
+    """PEM files of the HTTPS server and of the CAs it checks other instances with."""
+    cert: str
+    key: str
+    ca_file: Optional[str] = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> Optional["TlsSettings"]:
+        port = getattr(args, "https_port", None)
+        cert, key = getattr(args, "ssl_cert", None), getattr(args, "ssl_key", None)
+        if port is None:
+            given = [f for f, v in (("--ssl_cert", cert), ("--ssl_key", key),
+                                    ("--ssl_ca_file", getattr(args, "ssl_ca_file", None)),
+                                    ("--disable_http", getattr(args, "disable_http", False)))
+                     if v]
+            if given:
+                raise UserError(f"{', '.join(given)}: only with --https_port (HTTPS is off)")
+            return None
+        if not 0 <= port <= 65535:
+            raise UserError(f"--https_port must be 0..65535, got {port}")
+        if not cert or not key:
+            raise UserError("--https_port needs --ssl_cert FILE and --ssl_key FILE (PEM)")
+        settings = cls(cert, key, getattr(args, "ssl_ca_file", None))
+        settings.server_context()            # refused now, naming the file, not at a request
+        settings.client_context()
+        return settings
+
+    def server_context(self) -> ssl.SSLContext:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        try:
+            context.load_cert_chain(self.cert, self.key)
+        except FileNotFoundError as e:
+            raise UserError(f"--ssl_cert {self.cert} --ssl_key {self.key}: {e.filename}: "
+                            f"{e.strerror}") from None
+        except (ssl.SSLError, OSError) as e:
+            raise UserError(f"--ssl_cert {self.cert} --ssl_key {self.key}: not a PEM "
+                            f"certificate chain and its private key ({e})") from None
+        return context
+
+    def client_context(self) -> ssl.SSLContext:
+        """What an instance checks the leader it forwards to with: the name it has in
+        ZooKeeper (host:port) must be in the leader's certificate."""
+        try:
+            if self.ca_file:
+                return ssl.create_default_context(cafile=self.ca_file)
+            context = ssl.create_default_context()
+            context.load_verify_locations(cafile=self.cert)
+            return context
+        except (ssl.SSLError, OSError) as e:
+            raise UserError(f"--ssl_ca_file {self.ca_file or self.cert}: no CA certificates "
+                            f"in it ({e})") from None

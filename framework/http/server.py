@@ -2,16 +2,28 @@
 ThreadingHTTPServer (one thread per connection, HTTP/1.1 keep-alive), with
 authentication, bounded request bodies, JSON error bodies for every failure
 (including the ones http.server answers itself), and the SSE stream.
+
+Bounded: at most `max_connections` connections (threads) at once, a 503 beyond
+(answered by a few short-lived threads of their own, or the connection is closed
+when those are busy too); a request must arrive whole, head and body, within
+`request_timeout` of the server waiting for it, however slowly it drips (the
+socket's own timeout is per read). With a TLS context the same server speaks
+HTTPS, its handshake in the connection's thread under the same deadline.
 """
+import io
 import json
 import logging
+import socket
+import ssl
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Optional, Protocol
 
 from framework.http.events import OVERFLOW, EventBus
 from framework.http.routing import Request, Response
-from framework.http.security import DEFAULT_MAX_BODY_BYTES, Authenticator
+from framework.http.security import (DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CONNECTIONS,
+                                     DEFAULT_REQUEST_TIMEOUT, Authenticator)
 from framework.http.public_paths import is_public
 
 log = logging.getLogger(__name__)
@@ -22,7 +34,12 @@ class Api(Protocol):
     def handle(self, request: Request) -> Response: ...
 
 KEEPALIVE_SECONDS = 15.0
-SOCKET_TIMEOUT_SECONDS = 60.0
+SOCKET_TIMEOUT_SECONDS = 60.0      # one write to a client that does not read
+REFUSERS = 16                      # threads that may answer 503 at once beyond the cap
+_REFUSAL_BODY = b'{"message":"too many connections to this server: try again soon"}'
+REFUSAL = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+           b"Retry-After: 1\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s"
+           % (len(_REFUSAL_BODY), _REFUSAL_BODY))
 
 
 class MarathonHttpServer(ThreadingHTTPServer):
@@ -34,9 +51,16 @@ class MarathonHttpServer(ThreadingHTTPServer):
     request_queue_size = 1024
 
     def __init__(self, address, api: Api, events: EventBus, auth: Authenticator,
-                 max_body: int = DEFAULT_MAX_BODY_BYTES) -> None:
+                 max_body: int = DEFAULT_MAX_BODY_BYTES, tls: Optional[ssl.SSLContext] = None,
+                 max_connections: int = DEFAULT_MAX_CONNECTIONS,
+                 request_timeout: float = DEFAULT_REQUEST_TIMEOUT) -> None:
         super().__init__(address, MarathonHandler)
         self.api, self.events, self.auth, self.max_body = api, events, auth, max_body
+        self.tls, self.max_connections, self.request_timeout = tls, max_connections, request_timeout
+        self.connections = 0                 # held now (one thread each)
+        self.refused = 0                     # 503s for too many connections, since the start
+        self._count = threading.Lock()
+        self._refusers = threading.BoundedSemaphore(REFUSERS)
         self.closing = threading.Event()
         self._thread: Optional[threading.Thread] = None
         # Set on an instance of several (--zk): forwards to the leader what this
@@ -44,9 +68,63 @@ class MarathonHttpServer(ThreadingHTTPServer):
         self.leader_proxy = None
 
     @property
+    def scheme(self) -> str:
+        return "https" if self.tls is not None else "http"
+
+    @property
     def url(self) -> str:
         host, port = self.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"{self.scheme}://{host}:{port}"
+
+    def get_request(self):
+        sock, address = super().get_request()
+        if self.tls is not None:           # the handshake runs in the connection's thread
+            sock = self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        return sock, address
+
+    def process_request(self, request, client_address) -> None:
+        with self._count:
+            full = self.connections >= self.max_connections
+            if not full:
+                self.connections += 1
+        if not full:
+            try:
+                super().process_request(request, client_address)
+            except BaseException:
+                with self._count:
+                    self.connections -= 1
+                raise
+            return
+        self.refused += 1
+        if not self._refusers.acquire(blocking=False):
+            self.shutdown_request(request)   # the refusers are busy too: just close
+            return
+        threading.Thread(target=self._refuse, args=(request,), daemon=True).start()
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self._count:
+                self.connections -= 1
+
+    def _refuse(self, request) -> None:
+        """503 to a connection beyond the cap, within a short time, then close."""
+        try:
+            request.settimeout(2.0)
+            if isinstance(request, ssl.SSLSocket):
+                request.do_handshake()
+            request.sendall(REFUSAL)
+        except (OSError, ValueError):
+            pass
+        finally:
+            self.shutdown_request(request)
+            self._refusers.release()
+
+    def handle_error(self, request, client_address) -> None:
+        """A connection that failed (a TLS handshake a client gave up, a reset): one
+        debug line, not socketserver's traceback on stderr."""
+        log.debug("connection from %s failed", client_address[0], exc_info=True)
 
     def start(self) -> "MarathonHttpServer":
         self._thread = threading.Thread(target=self.serve_forever, name="marathon-http", daemon=True)
@@ -69,6 +147,20 @@ class MarathonHandler(BaseHTTPRequestHandler):
     # answer waits ~40 ms for the client's delayed ACK.
     disable_nagle_algorithm = True
     server: MarathonHttpServer
+
+    deadline = 0.0                   # the request being read must be whole by then
+
+    def setup(self) -> None:
+        self.deadline = time.monotonic() + self.server.request_timeout
+        super().setup()
+        if isinstance(self.connection, ssl.SSLSocket):
+            self.connection.settimeout(self.server.request_timeout)
+            self.connection.do_handshake()       # a failure ends the connection (handle_error)
+        self.rfile = io.BufferedReader(_DeadlineReader(self), 65536)
+
+    def handle_one_request(self) -> None:
+        self.deadline = time.monotonic() + self.server.request_timeout
+        super().handle_one_request()
 
     def do_GET(self) -> None:
         self._serve("GET")
@@ -104,6 +196,7 @@ class MarathonHandler(BaseHTTPRequestHandler):
             return
         try:
             body = self._read_body()
+            self.connection.settimeout(SOCKET_TIMEOUT_SECONDS)   # the request is in: answer
             if body is None:
                 return
             request = Request.parse(method, self.path, body, self.headers.get("Accept", ""),
@@ -216,6 +309,24 @@ class MarathonHandler(BaseHTTPRequestHandler):
             self._idle = 0.0
             self.wfile.write(b":\n\n")
             self.wfile.flush()
+
+
+class _DeadlineReader(io.RawIOBase):
+    """The connection's reads, each with the time left until the handler's deadline: a
+    client that sends a byte now and then cannot stretch a request past it."""
+
+    def __init__(self, handler: MarathonHandler) -> None:
+        self.handler = handler
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        left = self.handler.deadline - time.monotonic()
+        if left <= 0:
+            raise socket.timeout("the request did not arrive whole in time")
+        self.handler.connection.settimeout(left)
+        return self.handler.connection.recv_into(buffer)
 
 
 def serve(api: Api, events: EventBus, auth: Authenticator, host: str = "127.0.0.1",

@@ -169,8 +169,7 @@ class ExecutorDriver:
                     break
         except Refused as e:
             if 400 <= e.status < 500 and e.status != 404:
-                log.error("the agent %s refused the subscription (%s): stopping",
-                          self.agent_endpoint, e)
+                self.refused(e)
                 self._stopping = True
             else:
                 self._retrying(f"not up yet ({e} to SUBSCRIBE)")
@@ -185,6 +184,11 @@ class ExecutorDriver:
             if calls is not None:
                 calls.close()
         return subscribed
+
+    def refused(self, error: Refused) -> None:
+        """The agent refused the subscription for good: one line saying so."""
+        log.error("the agent %s refused the subscription (%s): stopping",
+                  self.agent_endpoint, error)
 
     def _retrying(self, why: str) -> None:
         """The first failure of an absence is said; the retries that follow (every

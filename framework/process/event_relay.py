@@ -9,11 +9,13 @@ changes or dies the thread connects to the next one; when this instance
 leads, its own scheduler and API publish instead. Events of the leader's own
 stream connections (`event_stream_attached`/`detached`) stay there. Events
 sent while no leader is known, or while the relay reconnects, are not seen
-here (Marathon's event stream has no replay either).
+here (Marathon's event stream has no replay either). With TLS (`tls`) the stream
+is read over HTTPS, the leader's certificate checked.
 """
 import json
 import logging
 import socket
+import ssl
 import threading
 from typing import Callable, Optional
 
@@ -29,8 +31,9 @@ OWN_EVENTS = frozenset({"event_stream_attached", "event_stream_detached"})
 
 class EventRelay:
     def __init__(self, events: EventBus, leadership: Leadership, address: Callable[[], str],
-                 authorization: Optional[str]) -> None:
+                 authorization: Optional[str], tls: Optional[ssl.SSLContext] = None) -> None:
         self.events = events
+        self.tls = tls
         self.leadership = leadership
         self._address = address
         self._authorization = authorization
@@ -72,7 +75,14 @@ class EventRelay:
 
     def _relay(self, leader: str) -> None:
         host, _, port = leader.rpartition(":")
-        with socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT) as conn:
+        conn = socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT)
+        if self.tls is not None:
+            try:
+                conn = self.tls.wrap_socket(conn, server_hostname=host)
+            except BaseException:
+                conn.close()
+                raise
+        with conn:
             auth = f"Authorization: {self._authorization}\r\n" if self._authorization else ""
             conn.sendall((f"GET /v2/events HTTP/1.1\r\nHost: {leader}\r\n"
                           f"Accept: text/event-stream\r\n{auth}\r\n").encode())

@@ -39,7 +39,8 @@ from framework.process import api_families
 from framework.http.events import EventBus
 from framework.marathon.api.http_api import VERSION, MarathonApi
 from framework.http.security import (CREDENTIALS_FILE, DEFAULT_MAX_BODY_BYTES, Authenticator,
-                                         DockerPolicy)
+                                     DockerPolicy, TlsSettings)
+from framework.http import security
 from framework.marathon.core.task_health import TaskHealthMonitor
 from framework.marathon.core.readiness import ReadinessMonitor
 from framework.marathon.core.instance_keeper import InstanceKeeper
@@ -143,6 +144,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    default="restricted", metavar="{restricted,unrestricted}",
                    help="restricted (default): tasks without GPUs stay off GPU agents; "
                         "an app's GPU_SCHEDULING_BEHAVIOR label overrides it")
+    security.add_arguments(p)
     mesos_credential.add_arguments(p)
     gpu_health.add_arguments(p)
     high_availability.add_arguments(p)
@@ -189,6 +191,13 @@ class FrameworkProcess:
             raise UserError(f"--refuse_seconds must be 0..86400, got {args.refuse_seconds:g}")
         if args.max_body_bytes < 1024:
             raise UserError(f"--max_body_bytes must be at least 1024, got {args.max_body_bytes}")
+        if args.http_max_connections < 1:
+            raise UserError(f"--http_max_connections must be at least 1, got "
+                            f"{args.http_max_connections}")
+        if not 0 < args.http_request_timeout <= 3600:
+            raise UserError(f"--http_request_timeout must be 0..3600 seconds (not 0), got "
+                            f"{args.http_request_timeout:g}")
+        self.tls = TlsSettings.from_args(args)
         from framework.scheduling.mesos_driver import check_master     # only when it runs
         check_master(args.master)
         registries(getattr(args, "registry", None))
@@ -242,19 +251,19 @@ class FrameworkProcess:
                 self.leadership = self.ha.election
                 front = LeaderApi(ApiContext(None, None, None, None, self.policy, self.info,
                                              self.leadership, self.metrics),
-                                  lambda: self.api, self._address)
+                                  lambda: self.api, self._address,
+                                  "https" if self.tls is not None else "http")
             self.leadership.on_lost(self._lose_leadership)
             self.leadership.on_elected(self._take_leadership)
-            try:
-                self.http = MarathonHttpServer((args.http_address, args.http_port), front,
-                                               self.events, self.auth, args.max_body_bytes)
-            except OSError as e:
-                raise UserError(f"--http_address {args.http_address} --http_port "
-                                f"{args.http_port}: cannot listen there: {e.strerror}") from e
+            self.servers = self._listen(front)
+            # the one other instances forward to and the log names: HTTPS when on
+            self.http = self.servers[-1]
             if self.ha is not None:
-                self.http.leader_proxy = LeaderProxy(self.leadership, self._address)
+                peers = self.tls.client_context() if self.tls is not None else None
+                for server in self.servers:
+                    server.leader_proxy = LeaderProxy(self.leadership, self._address, tls=peers)
                 self.relay = EventRelay(self.events, self.leadership, self._address,
-                                        self.auth.authorization())
+                                        self.auth.authorization(), tls=peers)
         except BaseException:
             if self.ha is not None:
                 self.ha.stop()
@@ -267,18 +276,43 @@ class FrameworkProcess:
             raise
         self.started_at = format_timestamp()
 
+    def _listen(self, front: Any) -> list:
+        """The API's servers: HTTP unless --disable_http, HTTPS with --https_port."""
+        args, servers = self.args, []
+        ports = [] if args.disable_http else [("--http_port", args.http_port, None)]
+        if self.tls is not None:
+            ports.append(("--https_port", args.https_port, self.tls.server_context()))
+        try:
+            for flag, port, context in ports:
+                try:
+                    servers.append(MarathonHttpServer(
+                        (args.http_address, port), front, self.events, self.auth,
+                        args.max_body_bytes, context, args.http_max_connections,
+                        args.http_request_timeout))
+                except OSError as e:
+                    raise UserError(f"--http_address {args.http_address} {flag} {port}: "
+                                    f"cannot listen there: {e.strerror}") from e
+        except BaseException:
+            for server in servers:
+                server.server_close()
+            raise
+        return servers
+
     def start(self) -> "FrameworkProcess":
         if self.ha is None:
             self.leadership.start()         # elected: the scheduler subscribes
             for loop in self.loops:
                 loop.start()
-            self.http.start()
+            for server in self.servers:
+                server.start()
         else:
-            self.http.start()
+            for server in self.servers:
+                server.start()
             self.relay.start()
             self.ha.start()                 # elected: the state is loaded, the scheduler subscribes
         log.info("Marathon API on %s (dashboard at %s/ui/; %s; docker host-access parameters "
-                 "allowed: %s); master %s, state %s", self.http.url, self.http.url,
+                 "allowed: %s); master %s, state %s",
+                 " and ".join(server.url for server in self.servers), self.http.url,
                  self.auth.describe(),
                  ",".join(sorted(self.policy.allowed)) or "none", self.args.master,
                  self.store.path)
@@ -410,7 +444,8 @@ class FrameworkProcess:
 
     def stop(self) -> None:
         log.info("stopping: HTTP server, instance keeper, scheduler (failover: tasks keep running)")
-        self.http.stop()
+        for server in self.servers:
+            server.stop()
         if self.ha is not None:
             self.relay.stop()
             self.ha.stop()              # a leader steps down first: instance keeper, scheduler stop
@@ -443,7 +478,9 @@ class FrameworkProcess:
                 "checkpoint": True, "ha": self.zk is not None, "webui_url": None,
             },
             "zookeeper_config": self.zk.describe() if self.zk is not None else {},
-            "http_config": {"http_port": port, "https_port": None},
+            "http_config": {"http_port": None if self.args.disable_http
+                            else self.servers[0].server_address[1],
+                            "https_port": port if self.tls is not None else None},
         }
 
     def gpu_sharing(self) -> dict:

@@ -18,8 +18,9 @@ from framework.http.routing import Request, Response, Router
 
 class LeaderApi:
     def __init__(self, context: ApiContext, state_api: Callable[[], Optional[MarathonApi]],
-                 address: Callable[[], str]) -> None:
+                 address: Callable[[], str], scheme: str = "http") -> None:
         self.context = context
+        self.scheme = scheme                 # how the instances reach each other
         self._state_api = state_api
         self._address = address
         self.system = Router()
@@ -42,7 +43,7 @@ class LeaderApi:
             return Response(503, {"message": "this instance is taking over or giving up the "
                                              "leadership: try again" if leader else
                                              "Could not determine the current leader"},
-                            leader_header(leader))
+                            leader_header(leader, self.scheme))
         response = api.handle(request)
-        response.headers.update(leader_header(self._address()))
+        response.headers.update(leader_header(self._address(), self.scheme))
         return response

@@ -37,6 +37,10 @@ def parse_address(text: str, flag: str = "--metrics_address") -> Tuple[str, int]
 
 class MetricsServer(AgentServer):
     worker_name = "metrics-worker"
+    max_body = 1024                 # GET only: a body is read (and the route refused) up to this
+    # anyone on the network may connect here: a flood of connections costs at most
+    # this many buffers of a request head each (the unix socket is root's only)
+    max_connections_cap = 512
 
     def __init__(self, address: str, isolator: GpuIsolator,
                  latency: Optional[metrics.Histograms] = None) -> None:

@@ -14,6 +14,10 @@ Built to hold load and to survive misbehaving clients:
   Docker isolate asks the engine, usage asks NVML, metrics) go to a bounded pool of
   workers; when its queue is full the answer is 503 with Retry-After, which clients
   retry;
+- a connection is read only while no answer is owed on it: a client that pipelines
+  requests and never reads its answers holds one answer and one read's worth of
+  bytes, never a queue of rendered answers (and the kernel's buffers push back on
+  it); what a connection may buffer is capped (a request head, a body, one read);
 - the listen backlog is the system's maximum, and the daemon's open-file limit is
   raised to its hard limit, so a burst of connections is queued, not refused;
 - malformed requests (no Content-Length for a body, a negative or non-numeric one,
@@ -47,6 +51,7 @@ from isolator.containers.isolator import GpuIsolator
 log = logging.getLogger("mesos-gpu.agent")
 MAX_BODY = 1 << 20
 MAX_HEADER = 16 << 10
+RECV_BYTES = 65536
 READ_TIMEOUT = 5.0          # a request must arrive whole within this
 IDLE_TIMEOUT = 60.0         # a kept-alive connection with nothing to say is closed after this
 WORKERS = 8
@@ -94,6 +99,7 @@ class _Connection:
     outbox: bytearray = field(default_factory=bytearray)
     deadline: float = 0.0            # the request being read must be whole by then
     busy: bool = False               # a worker has its request
+    events: int = selectors.EVENT_READ   # what the selector waits for on it (0: not in it)
     close_after: bool = False
 
 
@@ -139,7 +145,7 @@ def parse_head(raw: bytes) -> Tuple[str, str, Dict[str, str], bool]:
     return method, target, headers, close
 
 
-def content_length(headers: Dict[str, str]) -> int:
+def content_length(headers: Dict[str, str], max_body: int = MAX_BODY) -> int:
     if "transfer-encoding" in headers:
         raise BadRequest("Transfer-Encoding is not supported: send a Content-Length")
     value = headers.get("content-length")
@@ -148,8 +154,8 @@ def content_length(headers: Dict[str, str]) -> int:
     if not value.isdigit():
         raise BadRequest(f"Content-Length must be a non-negative integer, got {value!r}")
     length = int(value)
-    if length > MAX_BODY:
-        raise BadRequest(f"request body of {length} bytes is over {MAX_BODY}")
+    if length > max_body:
+        raise BadRequest(f"request body of {length} bytes is over {max_body}")
     return length
 
 
@@ -157,6 +163,8 @@ class AgentServer:
     """The executors' API on the unix socket; MetricsServer (metrics_server.py) is the
     same server on a TCP address with the read-only routes only."""
     worker_name = "api-worker"
+    max_body = MAX_BODY
+    max_connections_cap: Optional[int] = None      # beyond the open-file limit's
 
     def __init__(self, socket_path: str, service: GpuIsolator, workers: int = WORKERS,
                  latency: Optional[metrics.Histograms] = None) -> None:
@@ -167,6 +175,8 @@ class AgentServer:
         self.sock.listen(self.backlog)
         self.sock.setblocking(False)
         self.max_connections = max(64, raise_open_file_limit() - 64)
+        if self.max_connections_cap is not None:
+            self.max_connections = min(self.max_connections, self.max_connections_cap)
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
@@ -252,8 +262,11 @@ class AgentServer:
             self._selector.register(sock, selectors.EVENT_READ, conn)
 
     def _read(self, conn: _Connection) -> None:
+        if conn.busy or conn.outbox:
+            self._watch(conn)                      # an answer is owed: read no further
+            return
         try:
-            data = conn.sock.recv(65536)
+            data = conn.sock.recv(RECV_BYTES)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
@@ -264,8 +277,34 @@ class AgentServer:
         if not conn.inbox:
             conn.deadline = time.monotonic() + READ_TIMEOUT
         conn.inbox += data
-        if not conn.busy:
+        self._advance(conn)
+
+    def _advance(self, conn: _Connection) -> None:
+        """Take the requests already read, one at a time, while no answer is owed."""
+        while conn.sock.fileno() >= 0 and not conn.busy and not conn.outbox and conn.inbox:
+            size = len(conn.inbox)
             self._take_request(conn)
+            if len(conn.inbox) == size and not conn.busy and not conn.outbox:
+                break                              # not whole yet
+        self._watch(conn)
+
+    def _watch(self, conn: _Connection) -> None:
+        """Read a connection only while no answer is owed on it (none in a worker, none
+        unsent): a pipelining client that never reads gets pushed back by the kernel's
+        buffers instead of filling ours with answers. Write while an answer is unsent."""
+        if conn.sock.fileno() < 0:
+            return
+        events = 0 if conn.busy or conn.outbox else selectors.EVENT_READ
+        events |= selectors.EVENT_WRITE if conn.outbox else 0
+        if events == conn.events:
+            return
+        if conn.events == 0:
+            self._selector.register(conn.sock, events, conn)
+        elif events == 0:                          # a worker has it: nothing to wait for
+            self._selector.unregister(conn.sock)
+        else:
+            self._selector.modify(conn.sock, events, conn)
+        conn.events = events
 
     def _take_request(self, conn: _Connection) -> None:
         """Hand a whole request to the workers, or answer a malformed one."""
@@ -277,7 +316,7 @@ class AgentServer:
             return
         try:
             method, target, headers, close = parse_head(bytes(conn.inbox[:end]))
-            length = content_length(headers)
+            length = content_length(headers, self.max_body)
         except BadRequest as e:
             self._reply(conn, _json_response(400, {"error": str(e)}, True), True)
             return
@@ -306,11 +345,12 @@ class AgentServer:
         conn.busy = False
         conn.close_after = conn.close_after or close
         conn.deadline = time.monotonic() + (READ_TIMEOUT if conn.inbox else IDLE_TIMEOUT)
-        self._write(conn)
+        self._flush(conn)
 
-    def _write(self, conn: _Connection) -> None:
+    def _flush(self, conn: _Connection) -> bool:
+        """Send what the socket takes; False when the connection is closed."""
         if conn.sock.fileno() < 0:
-            return
+            return False
         try:
             while conn.outbox:
                 sent = conn.sock.send(conn.outbox)
@@ -319,15 +359,15 @@ class AgentServer:
             pass
         except OSError:
             self._close(conn)
-            return
+            return False
         if not conn.outbox and conn.close_after:
             self._close(conn)
-            return
-        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.outbox else 0)
-        if self._selector.get_key(conn.sock).events != events:
-            self._selector.modify(conn.sock, events, conn)
-        if not conn.busy and not conn.outbox and conn.inbox:
-            self._take_request(conn)              # a pipelined request already here
+            return False
+        return True
+
+    def _write(self, conn: _Connection) -> None:
+        if self._flush(conn):
+            self._advance(conn)                    # pipelined requests already here
 
     def _expire(self) -> None:
         now = time.monotonic()
@@ -341,10 +381,12 @@ class AgentServer:
         fd = conn.sock.fileno()
         if fd < 0:
             return
-        try:
-            self._selector.unregister(conn.sock)
-        except (KeyError, ValueError):
-            pass
+        if conn.events:
+            try:
+                self._selector.unregister(conn.sock)
+            except (KeyError, ValueError):
+                pass
+        conn.events = 0
         self._connections.pop(fd, None)
         conn.sock.close()
 
@@ -360,6 +402,7 @@ class AgentServer:
                 return
             if conn.sock.fileno() >= 0:
                 self._reply(conn, data, close)
+                self._advance(conn)
 
     @staticmethod
     def _inline(request: Request) -> bool:

@@ -50,8 +50,12 @@ def check_isolation(node: Node, report: Report) -> None:
             seen = _in_cgroup(node, cgroups, f"check-{os.getpid()}-gpu{g.minor}", [g])
             mine = node.device_path(g.minor)
             others = {p: r for p, r in seen["open"].items() if p != mine}
-            if any(r != "EPERM" for r in others.values()) or seen["open"].get(mine) == "EPERM":
-                denied.append(f"granted GPU {g.minor}: {seen['open']}")
+            leaked = {p: r for p, r in others.items() if r != "EPERM"}
+            if leaked or seen["open"].get(mine) == "EPERM":
+                denied.append(f"granted GPU {g.minor}: " + "; ".join(
+                    ([_results(leaked)] if leaked else []) +
+                    ([f"its own {mine} denied (EPERM)"] if seen["open"].get(mine) == "EPERM"
+                     else [])))
             cuda = seen["cuda"]
             if seen["open"].get(mine) == "ENXIO" or not node.kernel_driver:
                 skipped = f"{node.kernel_why} (granted {mine}: {seen['open'].get(mine)})"
@@ -85,11 +89,20 @@ def check_isolation(node: Node, report: Report) -> None:
     else:
         report.add("isolation: granted GPU usable", PASS, f"each granted GPU opened and CUDA "
                    f"found exactly 1 device ({len(gpus)} GPU(s))")
-    refused = [p for p, r in none["open"].items() if r != "EPERM"]
+    leaked = {p: r for p, r in none["open"].items() if r != "EPERM"}
     cuda = none["cuda"]
-    if refused or (cuda.get("cuInit") == 0 and cuda.get("devices")):
-        report.add("isolation: nothing granted", FAIL, f"opened {refused or 'none'}; "
-                   f"CUDA devices {cuda.get('devices')}")
+    if leaked or (cuda.get("cuInit") == 0 and cuda.get("devices")):
+        report.add("isolation: nothing granted", FAIL, f"{_results(leaked) or 'every node EPERM'}"
+                   f"; CUDA devices {cuda.get('devices')}")
     else:
         report.add("isolation: nothing granted", PASS, f"every GPU node EPERM; CUDA: "
                    f"{cuda.get('cuInit_error') or str(cuda.get('devices')) + ' device(s)'}")
+
+
+def _results(opened: dict) -> str:
+    """What opening each node that was not denied gave, in words: a node that is not
+    there is missing (ENOENT), not opened."""
+    words = {"OK": "opened", "ENOENT": "missing (ENOENT: no such device node)",
+             "ENXIO": "let through (ENXIO: no driver behind the node)"}
+    return ", ".join(f"{path} {words.get(result, 'not denied: ' + result)}"
+                     for path, result in sorted(opened.items()))

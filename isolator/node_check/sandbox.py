@@ -4,7 +4,10 @@ the library path a task gets (volumes.environment, the compat rule applied),
 optionally placed in a cgroup by `place(pid)` before it runs.
 
 The child blocks on a pipe until it is placed, as the executor's host
-containers do, so nothing of the program runs outside its cgroup.
+containers do, so nothing of the program runs outside its cgroup. It runs without
+CAP_MKNOD: NVIDIA's libraries (libcuda's cuInit, nvidia-smi), run as root, make the
+device nodes they miss (/dev/nvidiactl, c 195:255), and a check must prove a node, not
+change it (on a node without the driver it left /dev/nvidiactl behind).
 """
 import os
 import subprocess
@@ -18,7 +21,7 @@ _LAUNCHER = r"""
 read -r go || exit 125
 mount --bind -o ro,nosuid,nodev "$1" /usr/local/nvidia || exit 126
 shift
-exec "$@"
+exec setpriv --bounding-set -mknod -- "$@"
 """
 
 

@@ -1,6 +1,7 @@
 """A tiny HTTP client for the tests: (status, headers, parsed body)."""
 import http.client
 import json
+import ssl
 from dataclasses import dataclass
 from typing import Any, Dict, Optional
 from urllib.parse import urlsplit
@@ -18,14 +19,19 @@ class Reply:
 
 
 class Client:
-    def __init__(self, url: str, headers: Optional[Dict[str, str]] = None) -> None:
+    def __init__(self, url: str, headers: Optional[Dict[str, str]] = None,
+                 tls: Optional[ssl.SSLContext] = None) -> None:
         parts = urlsplit(url)
         self.host, self.port = parts.hostname, parts.port
         self.headers = headers or {}
+        self.tls = tls if tls is not None or parts.scheme != "https" else \
+            ssl.create_default_context()
 
     def call(self, method: str, path: str, body: Any = None, raw: Optional[bytes] = None,
              headers: Optional[Dict[str, str]] = None, timeout: float = 30) -> Reply:
-        connection = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+        connection = (http.client.HTTPSConnection(self.host, self.port, timeout=timeout,
+                                                  context=self.tls) if self.tls is not None
+                      else http.client.HTTPConnection(self.host, self.port, timeout=timeout))
         try:
             data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
             all_headers = {"Content-Type": "application/json", **self.headers, **(headers or {})}

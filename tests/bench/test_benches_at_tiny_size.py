@@ -33,6 +33,12 @@ TINY = {
         ["--rounds", "1", "--session-timeout-ms", "1000"],
         [rf"^ +1 +{NUM} +{NUM} +{NUM} +0 +0$",                        # none lost, none twice
          rf"median failover {NUM} s vs median session expiry {NUM} s: {NUM}x"]),
+    "flood.py": (
+        ["--seconds", "0.5", "--interval", "5"],
+        [rf"^polite \(reads answers\) +\d+ +{NUM} +-?{NUM}$",
+         rf"^flood \(never reads\) +\d+ +{NUM} +-?{NUM}$",
+         r"another client served during the flood: yes",
+         rf"ratio flood/polite growth \(\+1 MiB each\) {NUM}x"]),
     "gpu_metrics.py": (
         ["--scrapes", "5", "--idle", "1", "--events", "2"],
         [rf"/metrics over TCP +{NUM} ms CPU per scrape, wall p50 {NUM} ms",

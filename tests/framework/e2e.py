@@ -10,6 +10,10 @@ from framework.scheduling.task_record import TaskRecord
 from tests.bed.waiting import wait_until
 
 VOLUME_LABEL = {"com.nvidia.volumes.needed": "nvidia_driver"}
+# Before the driver's programs in a task on the host's filesystem: run as root, libcuda
+# and nvidia-smi make the device nodes they miss, and the host's /dev has none here
+# (they left /dev/nvidiactl behind). In a container /dev is the container's own.
+NO_MKNOD = "setpriv --bounding-set -mknod -- "
 
 # Run inside a container: for each minor, open the granted node where Docker /
 # runc put it (/dev/nvidiaN), else a node the task makes itself (the cgroup must

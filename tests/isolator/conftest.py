@@ -13,7 +13,7 @@ import pytest
 from isolator.client import AgentClient
 from tests.bed import cgroups as bed_cgroups
 from tests.bed.cgroups import VERSION_MOUNTS
-from localcluster import fake_nvml
+from localcluster import device_nodes, fake_nvml
 
 
 @pytest.fixture
@@ -65,7 +65,7 @@ class Daemon:
     def start(self, wait: bool = True) -> "Daemon":
         self.log_file = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "mesos_gpu", "agent", *self.args],
+            [*device_nodes.NO_MKNOD, sys.executable, "-m", "mesos_gpu", "agent", *self.args],
             env=self.env, stdout=self.log_file, stderr=subprocess.STDOUT)
         if wait:
             self.wait_ready()

@@ -239,3 +239,24 @@ def test_a_resubscription_names_what_the_agent_has_not_acknowledged(agent_env, m
     assert again["subscribe"]["unacknowledged_updates"] == [update["update"]]
     assert update["update"]["status"]["source"] == "SOURCE_EXECUTOR"
     assert update["update"]["status"]["uuid"] and update["executor_id"] == {"value": EXECUTOR}
+
+
+UNAUTHORIZED = (b"HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Bearer realm=\"mesos-agent-"
+                b"executor\"\r\nContent-Length: 17\r\n\r\n401 Unauthorized.")
+
+
+@pytest.mark.parametrize("token", [None, "eyJ.stale.sig"])
+def test_an_agent_refusing_the_executor_is_one_line_naming_why(agent_env, monkeypatch, caplog,
+                                                               token):
+    if token:
+        monkeypatch.setenv("MESOS_EXECUTOR_AUTHENTICATION_TOKEN", token)
+    else:
+        monkeypatch.delenv("MESOS_EXECUTOR_AUTHENTICATION_TOKEN", raising=False)
+    agent = agent_env([UNAUTHORIZED])
+    registered, aborted = run_driver(AgentPathExecutorDriver, agent)
+    assert not registered and aborted                # refused: not retried for ever
+    said = [r.getMessage() for r in caplog.records if "HTTP 401" in r.getMessage()
+            and r.name == "mesos-gpu.executor"]
+    assert len(said) == 1 and "\n" not in said[0]
+    assert ("token" in said[0]) and (("--authenticate_http_executors" in said[0]) != bool(token))
+    assert not token or token not in said[0]

@@ -27,7 +27,7 @@ from framework.tasks.taskinfo import ExecutorSettings
 from localcluster import cuda_probe, driver_files, driver_root_host, fake_nvml
 from localcluster.gpu_node import GpuNode, layout_for_driver_files
 from localcluster.mesos import Agent, Master
-from tests.framework.e2e import VOLUME_LABEL, line_value, sandbox_output, wait_for
+from tests.framework.e2e import NO_MKNOD, VOLUME_LABEL, line_value, sandbox_output, wait_for
 
 V, OLD, V470 = driver_files.DRIVER_VERSION, driver_files.OLD_DRIVER_VERSION, \
     driver_files.DRIVER_470_VERSION
@@ -39,7 +39,7 @@ NO_KERNEL_DRIVER = "couldn't communicate with the NVIDIA driver"
 # What the task runs: the loader probe, then nvidia-smi as a user would call it.
 TASK = r"""
 echo "PROBE $({probe})"
-out=$(nvidia-smi -L 2>&1); echo "SMI_EXIT $?"
+out=$({no_mknod}nvidia-smi -L 2>&1); echo "SMI_EXIT $?"
 echo "SMI $(echo "$out" | head -2 | tr '\n' ' ')"
 echo "SMI_PATH $(command -v nvidia-smi)"
 echo "ENV LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
@@ -130,9 +130,11 @@ def probe_image(docker_engine):
 
 def run_task(cluster_, task_id: str, container: str, image=None):
     node, agent, scheduler = cluster_
-    probe = cuda_probe.IMAGE_PATH if image else str(cuda_probe.build())
+    no_mknod = "" if image else NO_MKNOD
+    probe = cuda_probe.IMAGE_PATH if image else NO_MKNOD + str(cuda_probe.build())
     scheduler.submit(TaskSpec(id=task_id, container=container, image=image, gpus=1, cpus=0.1,
-                              mem=64, labels=VOLUME_LABEL, cmd=TASK.format(probe=probe)))
+                              mem=64, labels=VOLUME_LABEL,
+                              cmd=TASK.format(probe=probe, no_mknod=no_mknod)))
     record = wait_for(scheduler, task_id, {"TASK_FINISHED", "TASK_FAILED"}, timeout=120)
     output = sandbox_output(agent.run_dir, record.mesos_task_id)
     assert record.state == "TASK_FINISHED", (record, output)

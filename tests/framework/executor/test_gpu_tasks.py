@@ -1,7 +1,9 @@
 """GPU tasks end to end: our scheduler on a real Mesos 1.11 master and agent
 (the agent advertises what `mesos-gpu agent flags` prints), our executor, the
 real agent daemon over a fake K80, the real Docker engine and real cgroups.
-One cluster and one scheduler for the module."""
+One cluster and one scheduler for the module, run twice: on an open cluster and on
+one secured as production clusters are (`secure`: the framework authenticates to the
+master, our executors to the agent with its token; localcluster/mesos_auth.py)."""
 import time
 from pathlib import Path
 
@@ -13,6 +15,8 @@ from framework.tasks.taskinfo import ExecutorSettings
 from framework.tasks.task_spec import TaskSpec
 from isolator.cgroups.docker_devices import LABEL as CONTAINER_LABEL
 from tests.bed.gpu_bed import k80_node, master_and_agent
+from framework.scheduling.mesos_credential import Credential
+from localcluster.mesos_auth import MesosAuthentication
 from tests.framework.e2e import (VOLUME_LABEL, container_probe, host_probe, line_value, opened,
                                  sandbox_output, wait_for)
 
@@ -25,22 +29,37 @@ def node(docker_engine):
         yield n
 
 
+@pytest.fixture(scope="module", params=["open", "secure"])
+def auth(request):
+    if request.param == "open":
+        yield None
+        return
+    with MesosAuthentication() as secured:
+        yield secured
+
+
 @pytest.fixture(scope="module")
-def agent(mesos_prefix, node):
-    with master_and_agent(node, HOSTNAME) as agent:
+def agent(mesos_prefix, node, auth):
+    with master_and_agent(node, HOSTNAME, auth.master_env() if auth else None,
+                          auth.agent_env() if auth else None) as agent:
         yield agent
 
 
 @pytest.fixture(scope="module")
-def scheduler(agent, node, docker_engine, tmp_path_factory):
+def scheduler(agent, node, docker_engine, tmp_path_factory, auth):
     config = SchedulerConfig(
         master=agent.master, name="fw-gpu-e2e", refuse_seconds=1,
+        credential=credential(auth),
         retry=RetryPolicy(max_attempts=1),
         executor=ExecutorSettings(agent_socket=str(node.socket), docker_host=docker_engine.host))
     sched = GpuScheduler(config, StateStore(tmp_path_factory.mktemp("fw-state"))).start()
     assert sched.wait_subscribed(30)
     yield sched
     sched.stop(teardown=True)
+
+
+def credential(auth):
+    return Credential(auth.principal, auth.secret) if auth else None
 
 
 def no_gpu_left_held(node, docker_engine, timeout: float = 10) -> None:
@@ -176,9 +195,9 @@ def test_image_needing_a_newer_cuda_fails_before_anything_starts(scheduler, node
 
 
 def test_agent_without_a_docker_engine_refuses_docker_tasks_clearly(
-        agent, node, docker_engine, busybox_image, tmp_path):
+        agent, auth, node, docker_engine, busybox_image, tmp_path):
     config = SchedulerConfig(
-        master=agent.master, name="fw-no-docker", refuse_seconds=1,
+        master=agent.master, name="fw-no-docker", refuse_seconds=1, credential=credential(auth),
         retry=RetryPolicy(max_attempts=1),
         executor=ExecutorSettings(agent_socket=str(node.socket),
                                   docker_host=f"unix://{tmp_path}/no-docker.sock"))
@@ -194,9 +213,9 @@ def test_agent_without_a_docker_engine_refuses_docker_tasks_clearly(
 
 
 def test_framework_teardown_shuts_executors_down_and_leaves_nothing(
-        agent, node, docker_engine, busybox_image, tmp_path):
+        agent, auth, node, docker_engine, busybox_image, tmp_path):
     config = SchedulerConfig(
-        master=agent.master, name="fw-teardown", refuse_seconds=1,
+        master=agent.master, name="fw-teardown", refuse_seconds=1, credential=credential(auth),
         executor=ExecutorSettings(agent_socket=str(node.socket), docker_host=docker_engine.host))
     sched = GpuScheduler(config, StateStore(tmp_path / "state")).start()
     image = busybox_image()

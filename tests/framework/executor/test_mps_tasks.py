@@ -17,7 +17,7 @@ import pytest
 from framework.tasks.task_spec import TaskSpec
 from localcluster import cuda_probe, fake_nvml
 from localcluster.gpu_node import GpuNode, layout_for_driver_files
-from tests.framework.e2e import VOLUME_LABEL, line_value, sandbox_output, wait_for
+from tests.framework.e2e import NO_MKNOD, VOLUME_LABEL, line_value, sandbox_output, wait_for
 from tests.framework.executor.test_field_host_tasks import KIND_IDS, KINDS, cluster
 
 TASK = r"""
@@ -48,7 +48,7 @@ def test_a_tasks_cuda_client_reaches_its_mps_server_and_its_failure_stops_the_ta
         mps_cluster, probe_image, container, with_image):
     node, agent, scheduler = mps_cluster
     task_id = f"mps-{container}-{with_image}".lower()
-    probe = cuda_probe.IMAGE_PATH if with_image else str(cuda_probe.build())
+    probe = cuda_probe.IMAGE_PATH if with_image else NO_MKNOD + str(cuda_probe.build())
     control_log = node.work_dir / "mps/nvidia1/log/control.log"
     seen = len(control_log.read_bytes())
     scheduler.submit(TaskSpec(id=task_id, container=container,

@@ -6,13 +6,19 @@ engine, and the `mesos-gpu framework` service with its GPU scheduler.
 Create an app with 2 instances of 1 GPU through HTTP, see both tasks running on
 distinct GPUs, restart the framework and find the app and its tasks again,
 replace them (config change, kill, restart) while every GPU is taken, scale to
-0 and see the GPUs free again."""
+0 and see the GPUs free again.
+
+Run twice: on an open cluster, and on one secured as production clusters are
+(`secure`: framework authentication on the master, executor authentication on the
+agent, localcluster/mesos_auth.py), where the framework subscribes with its principal
+and our executors call the agent with its token."""
 
 import pytest
 
 from framework.process.framework_process import FrameworkProcess
 from tests.bed.gpu_bed import k80_node, master_and_agent
 from tests.bed.framework_process import client_of, framework_args
+from localcluster.mesos_auth import MesosAuthentication
 from tests.bed.waiting import wait_until
 
 HOSTNAME = "marathon-k80"
@@ -24,9 +30,19 @@ def node(docker_engine):
         yield n
 
 
+@pytest.fixture(scope="module", params=["open", "secure"])
+def auth(request):
+    if request.param == "open":
+        yield None
+        return
+    with MesosAuthentication() as secured:
+        yield secured
+
+
 @pytest.fixture(scope="module")
-def agent(mesos_prefix, node):
-    with master_and_agent(node, HOSTNAME) as running:
+def agent(mesos_prefix, node, auth):
+    with master_and_agent(node, HOSTNAME, auth.master_env() if auth else None,
+                          auth.agent_env() if auth else None) as running:
         yield running
 
 
@@ -46,12 +62,13 @@ def replaced_all(api, old_ids):
     return tasks
 
 
-def test_two_gpu_instances_restart_and_scale_to_zero(agent, node, docker_engine, busybox_image,
-                                                     tmp_path):
+def test_two_gpu_instances_restart_and_scale_to_zero(agent, auth, node, docker_engine,
+                                                     busybox_image, tmp_path):
     image = busybox_image()
     state = tmp_path / "state"
     args = framework_args(agent.master, state, "--agent_socket", str(node.socket),
-                          "--docker_host", docker_engine.host, "--refuse_seconds", "1")
+                          "--docker_host", docker_engine.host, "--refuse_seconds", "1",
+                          *(auth.framework_args() if auth else ()))
     service = FrameworkProcess(args).start()
     try:
         api = client_of(service)

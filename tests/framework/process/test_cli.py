@@ -14,7 +14,10 @@ def test_help_explains_every_flag():
     out = run("framework", "--help").stdout
     for flag in ("--master", "--http_address", "--http_port", "--state_dir", "--http_credentials",
                  "--http_token_file", "--http_open", "--allow_docker_parameters", "--max_body_bytes",
-                 "--docker_host", "--refuse_seconds", "--failover_timeout"):
+                 "--docker_host", "--refuse_seconds", "--failover_timeout",
+                 "--mesos_authentication_principal", "--mesos_authentication_secret_file",
+                 "--mesos_role", "--https_port", "--ssl_cert", "--ssl_key", "--ssl_ca_file",
+                 "--disable_http", "--http_max_connections", "--http_request_timeout"):
         assert flag in out
     assert "127.0.0.1" in out
 

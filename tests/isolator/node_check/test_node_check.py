@@ -179,3 +179,31 @@ def test_the_checks_ptx_kernel_assembles_for_maxwell_to_hopper(arch, tmp_path):
                         str(tmp_path / "k.cubin")], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert f"Compiling entry function '{cuda_probe.ENTRY}' for '{arch}'" in r.stderr
+
+
+def test_a_missing_device_node_is_named_missing_not_opened(field):
+    """A node whose GPU device node is gone (driver nodes not made, or removed): the
+    check names it missing (ENOENT), where it said "opened"."""
+    layout, root, dev, work, volumes, cgroups_root = field
+    (dev / "nvidia1").unlink()
+    ran = run_check(*field, "--json")
+    got = results(ran)
+    assert ran.returncode == 1, ran.stdout
+    for name in ("isolation: other GPUs denied", "isolation: nothing granted"):
+        detail = got[name]["detail"]
+        assert got[name]["status"] == "FAIL", got[name]
+        assert f"{dev}/nvidia1 missing (ENOENT" in detail, detail
+        assert f"{dev}/nvidia1 opened" not in detail
+
+
+def test_the_checks_programs_cannot_make_device_nodes(tmp_path):
+    """Run as root, NVIDIA's libraries make the device nodes they miss: the check's
+    programs run without CAP_MKNOD, so a check of a node without the driver leaves no
+    /dev/nvidiactl behind (it did)."""
+    from isolator.node_check import sandbox
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    ran = sandbox.run(str(volume), ["mknod", str(tmp_path / "nvidiactl"), "c", "195", "255"],
+                      sandbox.environment_for(None))
+    assert ran.returncode != 0 and "Operation not permitted" in ran.stderr, ran
+    assert not (tmp_path / "nvidiactl").exists()
