@@ -1,29 +1,10 @@
-"""What the API lets in: who may call it, how big a body may be, and which
-Docker settings an app may not use because they hand it the host.
-
-Who may call it: by default only a caller with the credentials the framework
-made at its first start (HTTP basic auth, user `marathon`, a random password)
-in `<state_dir>/http_credentials`, mode 0600, in the `user:password` form
-Marathon clients take (`MARATHON_AUTH=$(cat ...)`). The API listens on
-127.0.0.1, but every task with host networking (Marathon's default) shares
-that address; without credentials a task could create apps, GPUs and host
-access included. `--http_credentials`/`--http_token_file` choose others;
-`--http_open` serves without any (the operator's explicit choice).
-
-How it is reached: HTTP and, with `--https_port`, TLS (`TlsSettings`): the credentials
-above then cross the network encrypted, leader forwarding between instances included.
-Marathon takes a Java keystore (`--ssl_keystore_path`); a Python server takes PEM
-files, what `openssl`, certbot and every CA hand out: `--ssl_cert` (the chain) and
-`--ssl_key`. `--disable_http` leaves HTTPS alone. Each server holds at most
-`--http_max_connections` connections (503 beyond) and a request must arrive whole
-within `--http_request_timeout` (server.py).
-
-An app runs with exactly the GPUs it was granted. Docker options such as
-`--privileged`, `--device`, `-v`, `--cap-add`, `--pid=host` or `--gpus` would
-let it walk around that (or around the whole machine), so they are refused
-with a 422 that names the field, unless the operator lists them in
-`--allow_docker_parameters`.
-"""
+"""What the API lets in: who may call it (by default the credentials the framework made
+at its first start in `<state_dir>/http_credentials`, mode 0600: every task with host
+networking shares 127.0.0.1), how it is reached (HTTP and, with `--https_port`, TLS
+from PEM files: `TlsSettings`), how big a body may be, and which Docker settings an app
+may not use because they hand it the host (refused with a 422 naming the field unless
+`--allow_docker_parameters` lists them). Why each: ARCHITECTURE.md, "Who may call the
+API"."""
 import argparse
 import base64
 import hmac
