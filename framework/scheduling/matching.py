@@ -266,12 +266,37 @@ class Matcher:
         the images whose variants decide where their tasks may run;
         `unusable_gpus`: agent id -> offered GPUs that are not healthy;
         `unusable_shared`: agent id -> indices of its shared GPUs that are not healthy."""
+        return self.match_slots(pending, self.slots(offers, unusable_gpus, unusable_shared),
+                                placed, variants)
+
+    @staticmethod
+    def slots(offers: Sequence[Mapping[str, Any]],
+              unusable_gpus: Optional[Mapping[str, int]] = None,
+              unusable_shared: Optional[Mapping[str, frozenset]] = None) -> list[OfferSlot]:
+        """The offers as slots to place into, less what is not healthy."""
         unusable, sick_shared = unusable_gpus or {}, unusable_shared or {}
-        return _Round(self, [OfferSlot.from_offer(o, i, unusable.get(o["agent_id"]["value"], 0),
-                                                  sick_shared.get(o["agent_id"]["value"],
-                                                                  frozenset()))
-                             for i, o in enumerate(offers)],
-                      placed or {}, variants).run(pending)
+        return [OfferSlot.from_offer(o, i, unusable.get(o["agent_id"]["value"], 0),
+                                     sick_shared.get(o["agent_id"]["value"], frozenset()))
+                for i, o in enumerate(offers)]
+
+    def match_slots(self, pending: Sequence[TaskSpec], slots: list[OfferSlot],
+                    placed: Optional[Mapping[str, Iterable[Mapping[str, str]]]] = None,
+                    variants: Optional["Selector"] = None) -> MatchResult:
+        """`match` on slots some of which others (gangs) may have filled already."""
+        return _Round(self, slots, placed or {}, variants).run(pending)
+
+    def capacity(self, spec: TaskSpec, slots: Sequence[OfferSlot],
+                 variants: Optional["Selector"] = None) -> dict[str, int]:
+        """Offer id -> how many tasks like `spec` it can still take, for the offers its
+        static constraints (and image variants) allow; the others are left out."""
+        round_ = _Round(self, list(slots), {}, variants)
+        group = round_._groups([spec])[0]
+        return {s.offer_id: n for s in round_._eligible(group)
+                if (n := round_._fits(s, group.shape, group.behavior)) > 0}
+
+    def has_dynamic(self, spec: TaskSpec) -> bool:
+        """A constraint of `spec` depends on where its fellows are placed."""
+        return any(not _is_static(c) for c in spec.constraints)
 
 
 class _Round:

@@ -49,7 +49,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
 from framework.health import gpu_usage
-from framework.tasks import taskinfo
+from framework.scheduling import gang_placement
+from framework.tasks import rendezvous, taskinfo
 from framework.scheduling.agent_inventory import AgentInventory
 from framework.tasks.constraints import offer_fields
 from framework.health.gpu_health import GpuHealthView
@@ -186,6 +187,8 @@ class GpuScheduler:
         self._reconcile_retry_delay = RECONCILE_RETRY_SECONDS
         self._reconcile_retry_at = 0.0
         self._offers_seen: Counter = Counter()
+        # offers held for the gang at the head of the queue: offer id -> (offer, since)
+        self._held: dict[str, tuple[dict, float]] = {}
         self.agents = AgentInventory()      # what offers told of each agent (the dashboard's)
         self._status_listeners: list[Callable[[Mapping[str, Any]], None]] = []
         self.variants = _resolver(config, self._variants_changed)
@@ -229,9 +232,12 @@ class GpuScheduler:
     def framework_id(self) -> Optional[str]:
         return self.store.framework_id()
 
-    def submit(self, spec: TaskSpec, app_version: str = "", config_version: str = "") -> TaskRecord:
+    def submit(self, spec: TaskSpec, app_version: str = "", config_version: str = "",
+               retries: bool = True) -> TaskRecord:
         """Queue a task; it launches when a matching offer comes. The versions
-        say which version of its app it runs (kept in its record for the API)."""
+        say which version of its app it runs (kept in its record for the API).
+        `retries`: a failed launch is tried again here (False: its owner decides,
+        as a job's restart policy does)."""
         if not isinstance(spec, TaskSpec):
             raise UserError(f"submit: expected a TaskSpec, got {type(spec).__name__}")
         gpu_behavior(spec, self.config.gpu_scheduling)  # refuse a bad label now
@@ -242,7 +248,8 @@ class GpuScheduler:
             if spec.id in self._records:
                 raise UserError(f"task {spec.id}: a task with this id already exists")
             record = TaskRecord(spec=spec, message=WAITING_FOR_OFFER,
-                                app_version=app_version, config_version=config_version)
+                                app_version=app_version, config_version=config_version,
+                                retries=retries)
             self._save(record)          # a store that refuses it: no task, nothing to undo
             self._records[spec.id] = record
             self._request_variant(record)
@@ -338,6 +345,8 @@ class GpuScheduler:
 
     def disconnected(self, driver: SchedulerDriver) -> None:
         self._subscribed.clear()
+        with self._lock:
+            self._held.clear()          # offers of the old connection are void
         log.warning("disconnected from the master; pymesos reconnects")
 
     def error(self, driver: SchedulerDriver, message: str) -> None:
@@ -350,35 +359,95 @@ class GpuScheduler:
             self._offers_seen.update(o.get("hostname", "") for o in offers)
             self.agents.saw_offers(offers, self._gpus_held(), self._mig_held())
             now = time.time()
+            offers = [held for held, _ in self._held.values()] + list(offers)
             waiting = [r.spec for r in self._records.values()
                        if r.state == PENDING and r.not_before <= now and not r.kill_requested]
             waiting, changed = self._resolved(waiting)
             if not waiting:
+                self._held.clear()
                 self._decline(offers)
                 self._suppress_if_idle()
                 self._notify_all(changed)
                 return
             selector = self.variants.selector() if self.variants is not None else None
             self.gpu_health.offered(offers)
-            result = self.matcher.match(waiting, offers, self._placed_by_app(), selector,
-                                        self.gpu_health.unusable(),
-                                        self.gpu_health.unusable_shared())
+            slots = self.matcher.slots(offers, self.gpu_health.unusable(),
+                                       self.gpu_health.unusable_shared())
+            gangs, single = gang_placement.gangs_of(waiting)
+            gang_round = gang_placement.place(self.matcher, gangs, slots, self.agents.agents(),
+                                              selector)
+            result = self.matcher.match_slots(
+                single, [s for s in slots if s.offer_id not in gang_round.held],
+                self._placed_by_app(), selector)
+            placements = {s.offer_id: gang_round.placements.get(s.offer_id, []) +
+                          result.placements.get(s.offer_id, []) for s in slots}
+            placements = {o: specs for o, specs in placements.items() if specs}
             by_id = {o["id"]["value"]: o for o in offers}
-            launches = self._record_launches(result.placements, by_id, selector,
-                                             result.host_ports(), result.shared_gpus())
+            host_ports = {k: v for s in slots for k, v in s.host_ports.items()}
+            shared = {k: v for s in slots for k, v in s.shared.items()}
+            launches = self._record_launches(placements, by_id, selector, host_ports, shared)
             changed += [self._records[t["name"]].copy() for tasks in launches.values()
                         for t in tasks]                   # now TASK_STAGING
             changed += self._explain_unplaced(result.unplaced, offers, selector)
+            changed += self._explain_gangs(gangs, gang_round.reasons)
+            release = self._hold(gang_round.held - set(launches), by_id, now)
         self._notify_all(changed)
         for offer_id, tasks in launches.items():
             log.info("launching %s on %s", ", ".join(t["task_id"]["value"] for t in tasks),
                      by_id[offer_id].get("hostname"))
             self._call("launchTasks", [{"value": offer_id}], tasks,
                        {"refuse_seconds": self.config.refuse_seconds})
-        self._decline([o for o in offers if o["id"]["value"] not in launches])
+        self._decline([o for o in offers if o["id"]["value"] not in launches
+                       and o["id"]["value"] not in self._held
+                       and o["id"]["value"] not in release])
+        self._release(release)
+
+    def _hold(self, wanted: set[str], offers: Mapping[str, dict], now: float) -> list[dict]:
+        """Keep `wanted` offers for the head gang (gang_placement.HOLD_SECONDS at most
+        each); returns the ones past that bound, to release. Under the lock."""
+        before, self._held, release = self._held, {}, []
+        for offer_id in wanted:
+            since = before[offer_id][1] if offer_id in before else now
+            if now - since >= gang_placement.HOLD_SECONDS:
+                release.append(offers[offer_id])
+            else:
+                self._held[offer_id] = (offers[offer_id], since)
+        if self._held and not before:
+            log.info("holding %d offer(s) for a gang being placed", len(self._held))
+        return [o["id"]["value"] for o in release]
+
+    def _release(self, offer_ids: list[str]) -> None:
+        """Decline offers held past the bound, with a short filter: they come back."""
+        if offer_ids:
+            log.info("releasing %d offer(s) held for a gang over %g s", len(offer_ids),
+                     gang_placement.HOLD_SECONDS)
+            self._call("declineOffer", [{"value": o} for o in offer_ids],
+                       {"refuse_seconds": gang_placement.RELEASE_REFUSE_SECONDS})
+
+    def held_offers(self) -> list[str]:
+        """Ids of the offers held for a gang now."""
+        with self._lock:
+            return list(self._held)
+
+    def _explain_gangs(self, gangs: list[list[TaskSpec]], reasons: Mapping[str, str]
+                       ) -> list[TaskRecord]:
+        changed = []
+        for gang in gangs:
+            reason = reasons.get(gang[0].gang)
+            if reason is None:
+                continue
+            for spec in gang:
+                record = self._records[spec.id]
+                message = f"waiting: {reason}"
+                if record.message != message:
+                    record.message, record.updated = message, time.time()
+                    changed.append(record.copy())
+        return changed
 
     def offerRescinded(self, driver: SchedulerDriver, offer_id: Mapping) -> None:
         log.debug("offer %s rescinded", offer_id.get("value"))
+        with self._lock:
+            self._held.pop(offer_id.get("value", ""), None)
 
     def statusUpdate(self, driver: SchedulerDriver, status: dict) -> None:
         mesos_id = status["task_id"]["value"]
@@ -489,6 +558,9 @@ class GpuScheduler:
     def _stage(self, placements: Mapping[str, list[TaskSpec]], offers: Mapping[str, dict],
                framework_id: str, launches: dict[str, list[dict]], selector: Any,
                host_ports: Mapping[str, tuple], shared: Mapping[str, tuple]) -> None:
+        masters = {spec.gang: (offers[offer_id].get("hostname", ""), host_ports[spec.id][0])
+                   for offer_id, specs in placements.items() for spec in specs
+                   if spec.gang and spec.rank == 0}
         with self.store.transaction():
             for offer_id, specs in placements.items():
                 offer = offers[offer_id]
@@ -509,6 +581,8 @@ class GpuScheduler:
                     record.variant = dict(launch.variant or {})
                     if spec.ports:
                         launch = launch.placed(host_ports[spec.id], offer.get("hostname", ""))
+                    if spec.gang:
+                        launch = launch.joined(rendezvous.environment(spec, *masters[spec.gang]))
                     record.ports = [p for p in launch.host_ports if p is not None]
                     if spec.share:
                         launch = launch.on_shared_gpu(*shared[spec.id])
@@ -578,7 +652,8 @@ class GpuScheduler:
 
     def _should_retry(self, record: TaskRecord, status: Mapping[str, Any],
                       labels: Mapping[str, str]) -> bool:
-        if record.kill_requested or labels.get(taskinfo.RETRY_LABEL) == "false":
+        if record.kill_requested or not record.retries \
+                or labels.get(taskinfo.RETRY_LABEL) == "false":
             return False
         if status.get("reason") == "REASON_TASK_INVALID":
             return False
@@ -684,6 +759,11 @@ class GpuScheduler:
                      and now - r.kill_sent_at >= self.config.kill_resend_seconds]
             for record in kills:
                 record.kill_sent_at = now
+            expired = [o for o, (_, since) in self._held.items()
+                       if now - since >= gang_placement.HOLD_SECONDS]
+            for offer_id in expired:
+                del self._held[offer_id]
+        self._release(expired)
         refresh = (self._suppressed and self.config.agent_refresh_seconds > 0
                    and self._subscribed.is_set()
                    and now - self.agents.last_offer() >= self.config.agent_refresh_seconds)
