@@ -27,8 +27,11 @@ from typing import Any, Iterable, Optional, Sequence
 
 from framework.scheduling.agent_inventory import AgentSeen
 from framework.scheduling.matching import Matcher, OfferSlot
+from framework.tasks.ports import PortRanges
 from framework.tasks.task_spec import TaskSpec
 
+_ANY_PORTS = PortRanges.from_offer({"resources": [{"name": "ports", "type": "RANGES", "ranges": {
+    "range": [{"begin": 1, "end": 65535}]}}]})
 HOLD_SECONDS = 10.0           # longest an offer is held for a gang being placed
 RELEASE_REFUSE_SECONDS = 1.0  # a released offer comes back this soon
 
@@ -131,7 +134,7 @@ def could_ever_fit(matcher: Matcher, spec: TaskSpec, agents: Sequence[AgentSeen]
 def _whole_agent(agent: AgentSeen, order: int) -> OfferSlot:
     return OfferSlot(offer_id=agent.agent_id, agent_id=agent.agent_id, hostname=agent.hostname,
                      cpus=1 << 40, mem=1 << 40, disk=1 << 40, gpus=agent.gpus,
-                     fields=dict(agent.fields), order=order)
+                     fields=dict(agent.fields), order=order, ports=_ANY_PORTS)
 
 
 def _reason(gang: list[TaskSpec], capacity: dict[str, int], slots: Sequence[OfferSlot],
