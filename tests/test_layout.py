@@ -45,7 +45,7 @@ SUBPACKAGES = {
                  ["allocation"], ["sharing"], ["health"], ["metrics"], ["daemon"], ["node_check"],
                  ["cli.py"]],
     "framework": [["tasks"], ["health"], ["ha", "state"], ["images"], ["scheduling"],
-                  ["executor"], ["marathon", "ui"], ["image_cli.py"], ["cli.py"]],
+                  ["executor"], ["marathon", "ui", "jobs"], ["image_cli.py"], ["cli.py"]],
 }
 
 

@@ -24,6 +24,8 @@ from typing import Any, Callable, Optional
 
 from framework.health import gpu_health
 from framework.marathon import scheduler_metrics
+from framework.jobs import api as jobs_api
+from framework.jobs.core.job_service import JobService
 from framework.tasks.container_options import check_user
 from framework.ha.leadership import SingleInstance
 from framework.marathon import high_availability
@@ -212,6 +214,7 @@ class FrameworkService:
         self.reconciler: Optional[Reconciler] = None
         self.health: Optional[HealthMonitor] = None
         self.readiness: Optional[ReadinessMonitor] = None
+        self.jobs: Optional[JobService] = None      # Metronome's /v1 (framework/jobs)
         self.api: Optional[MarathonApi] = None
         self.fatal: Optional[str] = None     # why this instance must stop (a corrupt state)
         self._lock_fd: Optional[int] = None
@@ -264,6 +267,7 @@ class FrameworkService:
         if self.ha is None:
             self.leadership.start()         # elected: the scheduler subscribes
             self.reconciler.start()
+            self.jobs.start()
             self.health.start()
             self.readiness.start()
             self.http.start()
@@ -309,6 +313,9 @@ class FrameworkService:
         ui.register(self.api.router, NodesView(self.registry, getattr(self.scheduler, "agents", None),
                                                gpu_details(self.api.context.gpu_health)),
                     StaticFiles())
+        self.jobs = JobService(self.store, self.scheduler, self.leadership.is_leader,
+                               self.args.mesos_user, self.policy)
+        jobs_api.register(self.api.router, self.jobs, self.info, self.metrics, self.leadership)
         # a leader's new scheduler replaces the last one's gauges; counters go on.
         # They read self.scheduler, cleared when this instance steps down: one
         # that does not lead reports no task counts of its past.
@@ -326,6 +333,7 @@ class FrameworkService:
             self._build_state_api()
             self.scheduler.start()
             self.reconciler.start()
+            self.jobs.start()
             self.health.start()
             self.readiness.start()
             return
@@ -378,7 +386,7 @@ class FrameworkService:
         An instance of several also drops the state it loaded: the next leader
         may change it."""
         if self.ha is not None:
-            reconciler, scheduler = self.reconciler, self.scheduler
+            reconciler, scheduler, jobs = self.reconciler, self.scheduler, self.jobs
             health, readiness = self.health, self.readiness
             self.api = None
             for monitor in (readiness, health):
@@ -386,9 +394,11 @@ class FrameworkService:
                     monitor.stop()
             if reconciler is not None:
                 reconciler.stop()
+            if jobs is not None:
+                jobs.stop()
             if scheduler is not None:
                 scheduler.stop()
-            self.scheduler = self.registry = self.reconciler = None
+            self.scheduler = self.registry = self.reconciler = self.jobs = None
             self.health = self.readiness = None
             self.store.unload()
             return
@@ -431,6 +441,7 @@ class FrameworkService:
         self.readiness.stop()
         self.health.stop()
         self.reconciler.stop()
+        self.jobs.stop()
         if self.scheduler is not None and hasattr(self.scheduler, "stop"):
             try:
                 self.scheduler.stop()
