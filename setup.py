@@ -44,6 +44,10 @@ setup(
             # A real, unmodified Marathon client (its last release) proves our API
             # answers the way existing Marathon clients expect.
             "marathon==0.13.0",
+            # ... and a real, unmodified Metronome client proves the jobs API (/v1). Its
+            # generated protobuf models predate protobuf 4's C++ descriptors.
+            "dcos-metronome==0.3.0",
+            "protobuf>=3.20,<4",
             # The example workload's model and its PTX check against NVIDIA's ptxas.
             "numpy>=1.24",
             "nvidia-cuda-nvcc-cu12>=12.0",

@@ -379,9 +379,8 @@ class GpuScheduler:
             result = self.matcher.match_slots(
                 single, [s for s in slots if s.offer_id not in gang_round.held],
                 self._placed_by_app(), selector)
-            placements = {s.offer_id: gang_round.placements.get(s.offer_id, []) +
-                          result.placements.get(s.offer_id, []) for s in slots}
-            placements = {o: specs for o, specs in placements.items() if specs}
+            # a slot's tasks are the gangs' and the single tasks' placed in it
+            placements = {s.offer_id: list(s.tasks) for s in slots if s.tasks}
             by_id = {o["id"]["value"]: o for o in offers}
             host_ports = {k: v for s in slots for k, v in s.host_ports.items()}
             shared = {k: v for s in slots for k, v in s.shared.items()}
