@@ -190,5 +190,5 @@ def test_the_dcos_metronome_client_creates_lists_runs_and_stops_jobs(start):
     assert client.stop_run("client.job", run.id).status_code == 200
     wait_until(lambda: client.get_run("client.job", run.id).status == 4, timeout=60)  # FAILED
     assert client.delete_job("client.job").status_code == 200
-    assert client.ping().strip() == "pong"
+    assert client.ping().strip().strip('"') == "pong"
 
