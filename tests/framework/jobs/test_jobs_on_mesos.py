@@ -19,7 +19,7 @@ AGENT = "cpus:2;mem:2048;disk:1024;ports:[31000-31100]"
 
 @pytest.fixture(scope="module")
 def master(mesos_prefix):
-    with Master() as m, Agent(m, AGENT, "rack:r1") as a, Agent(m, AGENT, "rack:r2") as b:
+    with Master() as m, Agent(m, AGENT, "rack:r1"), Agent(m, AGENT, "rack:r2"):
         m.wait_agents(2)
         yield m
 
