@@ -758,8 +758,9 @@ class GpuScheduler:
                      and now - r.kill_sent_at >= self.config.kill_resend_seconds]
             for record in kills:
                 record.kill_sent_at = now
+            idle = not self._has_waiting_work()     # the gang held for ended or was stopped
             expired = [o for o, (_, since) in self._held.items()
-                       if now - since >= gang_placement.HOLD_SECONDS]
+                       if idle or now - since >= gang_placement.HOLD_SECONDS]
             for offer_id in expired:
                 del self._held[offer_id]
         self._release(expired)
