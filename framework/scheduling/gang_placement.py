@@ -66,10 +66,15 @@ def place(matcher: Matcher, gangs: Sequence[list[TaskSpec]], slots: list[OfferSl
     """Place `gangs` (queue order) into `slots`, which keep what the placed gangs took."""
     out = GangRound()
     reserved: set[str] = set()
+    refused: dict[tuple, str] = {}      # gangs of one kind: slots only shrink in a round
     for gang in gangs:
+        name = gang[0].gang
+        kind = _kind(gang)
+        if kind in refused:
+            out.reasons[name] = refused[kind]
+            continue
         free = [s for s in slots if s.offer_id not in reserved]
         chosen = _place_one(matcher, gang, free, variants)
-        name = gang[0].gang
         if chosen is not None:
             by_id = {s.offer_id: s for s in slots}
             for slot in chosen:
@@ -80,11 +85,20 @@ def place(matcher: Matcher, gangs: Sequence[list[TaskSpec]], slots: list[OfferSl
             out.placed.append(name)
             continue
         capacity = matcher.capacity(gang[0], free, variants)
-        out.reasons[name] = _reason(gang, capacity, free, agents, matcher)
+        out.reasons[name] = refused[kind] = _reason(gang, capacity, free, agents, matcher)
         if not reserved and could_ever_fit(matcher, gang[0], agents):
             reserved = set(capacity)           # the head gang holds what it could use
             out.held = set(reserved)
+            refused.clear()                    # later gangs see fewer offers than it did
     return out
+
+
+def _kind(gang: list[TaskSpec]) -> tuple:
+    """What decides whether a gang fits: its size and its members' shape and rules."""
+    head = gang[0]
+    return (len(gang), head.cpus, head.mem, head.disk, head.gpus, head.mig_profile,
+            head.constraints, head.image, head.labels.get("GPU_SCHEDULING_BEHAVIOR"),
+            len(head.ports))
 
 
 def _place_one(matcher: Matcher, gang: list[TaskSpec], slots: list[OfferSlot],

@@ -33,6 +33,13 @@ TINY = {
         ["--rounds", "1", "--session-timeout-ms", "1000"],
         [rf"^ +1 +{NUM} +{NUM} +{NUM} +0 +0$",                        # none lost, none twice
          rf"median failover {NUM} s vs median session expiry {NUM} s: {NUM}x"]),
+    "gang_placement.py": (
+        ["--agents", "10", "--gangs", "12", "--losses", "1"],
+        [r"^gang placement: 10 agents x 8 GPUs, 12 gangs",
+         rf"^useful GPU utilisation +{NUM} +{NUM} +(?:{NUM}x|-)$",
+         rf"^time to start p99 \(rounds\) +{NUM} +{NUM} +(?:{NUM}x|-)$",
+         r"^partly placed over 30 rounds +0 +\d+ +-$",          # ours: never beyond the bound
+         r"^deadlocked at the end +0 +\d+ +-$"]),
     "gpu_metrics.py": (
         ["--scrapes", "5", "--idle", "1", "--events", "2"],
         [rf"/metrics over TCP +{NUM} ms CPU per scrape, wall p50 {NUM} ms",
