@@ -307,6 +307,7 @@ class FrameworkService:
         # beside /v2/info, not in it: Marathon clients (marathon-python) refuse keys of
         # /v2/info they do not know
         self.api.context.gpu_sharing = self.gpu_sharing
+        self.api.context.offer_summary = getattr(self.scheduler, "offer_summary", None)
         if self.api.context.gpu_health is not None:     # the dashboard follows GPU health live
             self.api.context.gpu_health.on_change(
                 lambda agents: self.events.publish("gpu_health_changed_event", agentIds=agents))

@@ -71,6 +71,8 @@ log = logging.getLogger(__name__)
 WAITING_FOR_OFFER = "waiting for a matching offer"
 _NO_VARIANT = "waiting: no offered agent"     # framework.images.variant_selection.unservable_reason
 _NO_SHARE = "waiting: gpus "                  # matching.share_reason
+# matching.Matcher.unplaced_reason's sentences
+_NO_FIT = ("waiting: needs ", "waiting: no offered agent ", "waiting: asks no GPU ")
 MAINTENANCE_INTERVAL = 1.0
 RECONCILE_RETRY_SECONDS = 1.0   # first re-ask for unanswered tasks; doubles each time
 RECONCILE_RETRY_MAX_SECONDS = 60.0
@@ -187,6 +189,8 @@ class GpuScheduler:
         self._reconcile_retry_delay = RECONCILE_RETRY_SECONDS
         self._reconcile_retry_at = 0.0
         self._offers_seen: Counter = Counter()
+        # app id -> Marathon's processedOffersSummary of its waiting tasks
+        self._offer_summaries: dict[str, dict] = {}
         # offers held for the gang at the head of the queue: offer id -> (offer, since)
         self._held: dict[str, tuple[dict, float]] = {}
         self.agents = AgentInventory()      # what offers told of each agent (the dashboard's)
@@ -387,7 +391,10 @@ class GpuScheduler:
             launches = self._record_launches(placements, by_id, selector, host_ports, shared)
             changed += [self._records[t["name"]].copy() for tasks in launches.values()
                         for t in tasks]                   # now TASK_STAGING
-            changed += self._explain_unplaced(result.unplaced, offers, selector)
+            self._summarize_offers(result.unplaced, slots, placements)
+            changed += self._explain_unplaced(result.unplaced, offers, selector,
+                                              [s for s in slots
+                                               if s.offer_id not in gang_round.held])
             changed += self._explain_gangs(gangs, gang_round.reasons)
             release = self._hold(gang_round.held - set(launches), by_id, now)
         self._notify_all(changed)
@@ -427,6 +434,38 @@ class GpuScheduler:
         """Ids of the offers held for a gang now."""
         with self._lock:
             return list(self._held)
+
+    def _summarize_offers(self, unplaced: list[TaskSpec], slots: list,
+                          placements: Mapping[str, list[TaskSpec]]) -> None:
+        """Marathon's processedOffersSummary for each app with a task still waiting
+        after this round: offers seen, unused, and the last ones' reject reasons."""
+        now = time.time()
+        used_by: dict[str, set] = {}
+        for offer_id, specs in placements.items():
+            for spec in specs:
+                used_by.setdefault(spec.app_id, set()).add(offer_id)
+        seen: set[str] = set()
+        for spec in unplaced:
+            if spec.app_id in seen:
+                continue
+            seen.add(spec.app_id)
+            before = self._offer_summaries.get(spec.app_id, {})
+            used = len(used_by.get(spec.app_id, ()))
+            self._offer_summaries[spec.app_id] = {
+                "processedOffersCount": before.get("processedOffersCount", 0) + len(slots),
+                "unusedOffersCount": before.get("unusedOffersCount", 0) + len(slots) - used,
+                "lastUnusedOfferAt": now if used < len(slots) else before.get(
+                    "lastUnusedOfferAt"),
+                "lastUsedOfferAt": now if used else before.get("lastUsedOfferAt"),
+                "rejectSummaryLastOffers": self.matcher.reject_summary(spec, slots)}
+        for app_id in [a for a in self._offer_summaries if a not in seen and a in used_by]:
+            del self._offer_summaries[app_id]             # all of it placed now
+
+    def offer_summary(self, app_id: str) -> Optional[dict]:
+        """The processedOffersSummary of an app's waiting tasks (None: none seen)."""
+        with self._lock:
+            summary = self._offer_summaries.get(app_id)
+            return None if summary is None else dict(summary)
 
     def _explain_gangs(self, gangs: list[list[TaskSpec]], reasons: Mapping[str, str]
                        ) -> list[TaskRecord]:
@@ -833,9 +872,11 @@ class GpuScheduler:
         return ready, changed
 
     def _explain_unplaced(self, unplaced: list[TaskSpec], offers: list[dict],
-                          selector: Any) -> list[TaskRecord]:
+                          selector: Any, slots: Optional[list] = None) -> list[TaskRecord]:
         """A task of an image no offered agent can run any variant of says so; so does
-        a share no offered agent has a shared GPU of that size for."""
+        a share no offered agent has a shared GPU of that size for, and a task that no
+        offer's agent qualifies for or has room for (`slots`: what is left of the
+        offers): "needs 8 GPUs on one node; the largest free block offered is 4"."""
         reasons: dict[Any, Optional[str]] = {}
         changed = []
         for spec in unplaced:
@@ -847,14 +888,19 @@ class GpuScheduler:
                 key = spec.image
                 if key not in reasons:
                     reasons[key] = selector.reason(spec.image, [offer_fields(o) for o in offers])
+            elif slots is not None:
+                key = ("fit", spec.cpus, spec.mem, spec.whole_gpus, spec.mig_profile,
+                       spec.constraints, spec.labels.get("GPU_SCHEDULING_BEHAVIOR"))
+                if key not in reasons:
+                    found = self.matcher.unplaced_reason(spec, slots)
+                    reasons[key] = found
             else:
                 continue
             reason = reasons[key]
             record = self._records[spec.id]
             if reason:
                 message = f"waiting: {reason}"
-            elif record.message.startswith(_NO_VARIANT) or record.message.startswith(
-                    _NO_SHARE):
+            elif record.message.startswith((_NO_VARIANT, _NO_SHARE) + _NO_FIT):
                 message = WAITING_FOR_OFFER         # an agent runs one now: no longer the reason
             else:
                 continue

@@ -109,3 +109,19 @@ def test_only_complete_gangs_are_placed():
     assert gangs == [] and [s.id for s in single] == ["x"]
     gangs, _ = gang_placement.gangs_of(list(reversed(members)))
     assert [s.rank for s in gangs[0]] == [0, 1, 2]
+
+
+def test_why_a_single_task_waits_is_said_in_words():
+    matcher = Matcher()
+    slots = matcher.slots([gpu_offer("a", 4, gpu_type="v100"), gpu_offer("b", 2, gpu_type="v100")])
+    big = TaskSpec(id="big", cmd="train", gpus=8)
+    assert matcher.unplaced_reason(big, slots) == (
+        "needs 8 GPUs on one node; the largest free block offered is 4 (of 2 offered agent(s))")
+    a100 = TaskSpec(id="a100", cmd="train", gpus=1, constraints=(("gpu_type", "LIKE", "a100.*"),))
+    assert matcher.unplaced_reason(a100, slots) == (
+        "no offered agent (2 offered) qualifies for gpu_type:LIKE:a100.*")
+    cpu = TaskSpec(id="cpu", cmd="true", cpus=1, mem=32)
+    assert matcher.unplaced_reason(cpu, slots).startswith(
+        "asks no GPU and the 2 offered agent(s) have GPUs")
+    fits = TaskSpec(id="fits", cmd="train", gpus=2)
+    assert matcher.unplaced_reason(fits, slots) is None
