@@ -21,16 +21,23 @@ def embeds(r: Request) -> set:
     return {e for e in EMBEDS if e in wanted or r.flag(e)}
 
 
+def detail(r: Request) -> bool:
+    """Our fields of a run (attempt, reason, ranks) unless the client is a strict one
+    (Accept: application/json alone, as dcos-metronome sends it); ?detail=true asks
+    for them anyway."""
+    return r.flag("detail") or "application/json" not in r.accept or "," in r.accept
+
+
 class JobsResource:
     def __init__(self, service: JobService) -> None:
         self.service = service
 
-    def view(self, job: JobSpec, wanted: set) -> dict:
+    def view(self, job: JobSpec, wanted: set, detail: bool = False) -> dict:
         out = job.to_json(schedules="schedules" in wanted)
         if "schedules" in wanted:
             out["schedules"] = [s.to_json(_now()) for s in job.schedules]
         if "activeRuns" in wanted:
-            out["activeRuns"] = [r.to_json() for r in self.service.active_runs(job.id)]
+            out["activeRuns"] = [r.to_json(detail) for r in self.service.active_runs(job.id)]
         if "history" in wanted:
             out["history"] = self.service.history(job.id).to_json()
         if "historySummary" in wanted:
@@ -40,14 +47,15 @@ class JobsResource:
     def list(self, r: Request) -> Response:
         wanted = embeds(r)
         with self.service.lock:
-            return Response(200, [self.view(j, wanted) for j in self.service.jobs.values()])
+            return Response(200, [self.view(j, wanted, detail(r))
+                                  for j in self.service.jobs.values()])
 
     def create(self, r: Request) -> Response:
         job = self.service.create(read_job(parse_body(r.body)))
         return Response(201, job.to_json(schedules=bool(job.schedules)))
 
     def get(self, r: Request, job_id: str) -> Response:
-        return Response(200, self.view(self.service.job(job_id), embeds(r)))
+        return Response(200, self.view(self.service.job(job_id), embeds(r), detail(r)))
 
     def replace(self, r: Request, job_id: str) -> Response:
         self.service.job(job_id)                 # 404 before the body's 422

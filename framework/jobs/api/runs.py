@@ -3,7 +3,7 @@ among the last finished), stop one (`actions/stop`). A run's JSON is Metronome's
 (id, jobId, status, createdAt, completedAt, tasks) plus, where strict clients do not
 read, ours: attempt, instances, reason (why it waits, why it ended), ranks (each
 task's rank, host, GPUs, state)."""
-from framework.jobs.api.jobs import JOB_PATH
+from framework.jobs.api.jobs import JOB_PATH, detail as _detail
 from framework.jobs.core.job_service import JobService
 from framework.marathon.routing import Request, Response, Router
 
@@ -15,12 +15,6 @@ def register(router: Router, service: JobService) -> None:
     router.add(JOB_PATH + r"/runs", GET=runs.list, POST=runs.start)
     router.add(RUN_PATH, GET=runs.get)
     router.add(RUN_PATH + r"/actions/stop", POST=runs.stop)
-
-
-def _detail(r: Request) -> bool:
-    """Our fields unless the client is the strict one (Accept: application/json only,
-    as dcos-metronome sends it): ?detail=true asks for them anyway."""
-    return r.flag("detail") or "application/json" not in r.accept or "," in r.accept
 
 
 class RunsResource:
