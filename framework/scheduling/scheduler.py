@@ -596,7 +596,7 @@ class GpuScheduler:
     def _stage(self, placements: Mapping[str, list[TaskSpec]], offers: Mapping[str, dict],
                framework_id: str, launches: dict[str, list[dict]], selector: Any,
                host_ports: Mapping[str, tuple], shared: Mapping[str, tuple]) -> None:
-        masters = {spec.gang: (offers[offer_id].get("hostname", ""), host_ports[spec.id][0])
+        masters = {spec.gang: (rendezvous.address(offers[offer_id]), host_ports[spec.id][0])
                    for offer_id, specs in placements.items() for spec in specs
                    if spec.gang and spec.rank == 0}
         with self.store.transaction():

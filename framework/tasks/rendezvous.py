@@ -9,9 +9,15 @@ once the whole gang is placed, so the scheduler adds it at launch.
 WORLD_SIZE and RANK count tasks (nodes), as PyTorchJob's do for one process per
 replica; torchrun recomputes both for its worker processes from the PET_* ones.
 """
-from typing import Mapping
+from typing import Any, Mapping
 
 from framework.tasks.task_spec import TaskSpec
+
+
+def address(offer: Mapping[str, Any]) -> str:
+    """Where the other ranks reach rank 0's agent."""
+    found = ((offer.get("url") or {}).get("address") or {}).get("ip")
+    return found or offer.get("hostname", "")
 
 
 def environment(spec: TaskSpec, master_host: str, master_port: int) -> Mapping[str, str]:
