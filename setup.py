@@ -16,7 +16,7 @@ setup(
         "localcluster": ["mesos_local/*.py", "mesos_local/*.cpp", "mesos_local/*.sh",
                          "mesos_local/*.md", "mesos_local/scripts/*", "fake_nvml/*.c",
                          "cuda_probe/*.c"],
-        "localcluster.cognitive": ["apps/*.json"],
+        "localcluster.cognitive": ["apps/*.json", "jobs/*.json"],
         # the dashboard, served as it is (no build step)
         "framework.ui": ["static/*.html", "static/*.css", "static/*.svg", "static/js/*.js"],
     },

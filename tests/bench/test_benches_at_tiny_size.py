@@ -33,6 +33,12 @@ TINY = {
         ["--rounds", "1", "--session-timeout-ms", "1000"],
         [rf"^ +1 +{NUM} +{NUM} +{NUM} +0 +0$",                        # none lost, none twice
          rf"median failover {NUM} s vs median session expiry {NUM} s: {NUM}x"]),
+    "gang_launch.py": (
+        ["--nodes", "2", "--gpus", "2", "--rounds", "1"],
+        [r"^  round 0: gang of 2 x 2 GPUs all running in [0-9.]+ s on 1 node\(s\)$",
+         r"^  round 0: 4 independent one-GPU tasks all running in [0-9.]+ s$",
+         rf"^submit to all running, median s +{NUM} +{NUM} +{NUM}x$",
+         r"^left behind: nothing$"]),
     "gang_placement.py": (
         ["--agents", "10", "--gangs", "12", "--losses", "1"],
         [r"^gang placement: 10 agents x 8 GPUs, 12 gangs",
