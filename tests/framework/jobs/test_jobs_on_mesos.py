@@ -192,3 +192,36 @@ def test_the_dcos_metronome_client_creates_lists_runs_and_stops_jobs(start):
     assert client.delete_job("client.job").status_code == 200
     assert client.ping().strip().strip('"') == "pong"
 
+
+
+def test_schedules_through_the_api_and_run_figures_in_metrics(start):
+    api = client_of(start())
+    body = job("nightly", "true")
+    body["schedules"] = [{"id": "night", "cron": "0 2 * * *", "timezone": "Europe/Paris"}]
+    created = api.post("/v1/jobs", body)
+    assert created.status == 201 and created.json["schedules"][0]["id"] == "night"
+    listed = api.get("/v1/jobs/nightly/schedules").json
+    assert listed[0]["nextRunAt"].endswith(".000+0000") and listed[0]["enabled"] is True
+    assert "schedules" not in api.get("/v1/jobs/nightly").json     # only when embedded
+    assert api.get("/v1/jobs/nightly?embed=schedules").json["schedules"][0]["cron"] == \
+        "0 2 * * *"
+    other = {"id": "hourly", "cron": "0 * * * *", "concurrencyPolicy": "FORBID"}
+    assert api.post("/v1/jobs/nightly/schedules", other).status == 201
+    assert api.post("/v1/jobs/nightly/schedules", other).status == 409
+    bad = api.post("/v1/jobs/nightly/schedules", {"id": "x", "cron": "* * *"})
+    assert bad.status == 422 and bad.json["details"][0]["path"] == "/cron"
+    changed = api.put("/v1/jobs/nightly/schedules/hourly", {**other, "enabled": False})
+    assert changed.status == 200 and changed.json["enabled"] is False
+    assert api.delete("/v1/jobs/nightly/schedules/hourly").status == 200
+    assert api.get("/v1/jobs/nightly/schedules/hourly").status == 404
+    assert [s["id"] for s in api.get("/v1/jobs/nightly/schedules").json] == ["night"]
+
+    api.post("/v1/jobs", job("pair", "true", instances=2))
+    run = api.post("/v1/jobs/pair/runs", None).json
+    wait_until(lambda: finished(api, "pair", run["id"]), timeout=90)
+    figures = api.get("/v1/metrics").json
+    assert figures["gauges"]["metronome.runs.success.gauge"]["value"] == 1
+    assert figures["gauges"]["metronome.jobs.gauge"]["value"] == 2
+    assert figures["timers"]["metronome.runs.gang-wait.timer.seconds"]["count"] == 1
+    info = api.get("/v1/info").json
+    assert info["config"]["gang_hold_seconds"] == 10.0 and info["version"]
