@@ -137,7 +137,8 @@ def _fewest_nodes(capacity: dict[str, int], members: int) -> list[str]:
 
 def could_ever_fit(matcher: Matcher, spec: TaskSpec, agents: Sequence[AgentSeen]) -> bool:
     """Whether the agents seen, all of their GPUs free, have room for the gang (by
-    GPUs and static constraints: cpus and memory are not known whole)."""
+    GPUs and static constraints: cpus and memory are not known whole). An agent's GPUs
+    are the most it was seen with: a GPU whose task just ended is in no offer yet."""
     if not spec.whole_gpus:
         return True
     slots = [_whole_agent(a, i) for i, a in enumerate(agents) if a.lost_at is None]
@@ -147,7 +148,8 @@ def could_ever_fit(matcher: Matcher, spec: TaskSpec, agents: Sequence[AgentSeen]
 
 def _whole_agent(agent: AgentSeen, order: int) -> OfferSlot:
     return OfferSlot(offer_id=agent.agent_id, agent_id=agent.agent_id, hostname=agent.hostname,
-                     cpus=1 << 40, mem=1 << 40, disk=1 << 40, gpus=agent.gpus,
+                     cpus=1 << 40, mem=1 << 40, disk=1 << 40,
+                     gpus=max(agent.gpus, agent.most_gpus),
                      fields=dict(agent.fields), order=order, ports=_ANY_PORTS)
 
 

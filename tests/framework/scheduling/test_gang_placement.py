@@ -125,3 +125,15 @@ def test_why_a_single_task_waits_is_said_in_words():
         "asks no GPU and the 2 offered agent(s) have GPUs")
     fits = TaskSpec(id="fits", cmd="train", gpus=2)
     assert matcher.unplaced_reason(fits, slots) is None
+
+
+def test_a_gpu_between_its_task_and_the_next_offer_still_counts_as_the_agent_s():
+    inventory = AgentInventory()
+    inventory.saw_offers([gpu_offer("a", 2)], {})
+    inventory.saw_offers([gpu_offer("a", 1)], {})     # a task ended, its GPU not offered yet
+    matcher = Matcher()
+    members = gang("g", 2, 1)
+    assert gang_placement.could_ever_fit(matcher, members[0], inventory.agents())
+    result = gang_placement.place(matcher, [members], matcher.slots([gpu_offer("a", 1)]),
+                                  inventory.agents())
+    assert result.held == {"a"} and "place 1 of 2" in result.reasons["g"]
