@@ -164,3 +164,48 @@ def test_an_agent_sigkilled_under_a_running_gang_ends_it_whole_and_it_restarts(
                                                           "TASK_RUNNING"}
         api.post(f"/v1/jobs/pair/runs/{run['id']}/actions/stop", None)
         wait_until(lambda: run_of(api, "pair", run["id"])["status"] == "FAILED", timeout=60)
+
+
+def test_a_schedule_due_while_the_framework_is_down(mesos_prefix, tmp_path):
+    """Every minute, the framework SIGKILLed before the minute turns and started again
+    after it: the schedule whose startingDeadlineSeconds still allows it starts its run
+    at once; the one whose deadline (1 s) passed while it was down starts none."""
+    import time as clock
+    from datetime import datetime
+    with Master() as master, Agent(master, AGENT):
+        master.wait_agents(1)
+        state = tmp_path / "state"
+        proc, api = start_process(master.address, state)
+        try:
+            for name, deadline in (("late-ok", 300), ("late-no", 1)):
+                body = gang(name, 1, "true", cpus=0.1)
+                body["schedules"] = [{"id": "minutely", "cron": "* * * * *",
+                                      "startingDeadlineSeconds": deadline}]
+                assert api.post("/v1/jobs", body).status == 201
+            seconds = clock.time() % 60
+            if seconds > 50:                 # not so close to the minute that it falls due
+                clock.sleep(61 - seconds)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=30)
+            killed_at = clock.time()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        clock.sleep(60 - clock.time() % 60 + 3)          # down when it falls due, and 3 s on
+        next_due = clock.time() - clock.time() % 60 + 60  # the first one it is up for
+        proc, api = start_process(master.address, state)
+        try:
+            def created(job_id):
+                """When each of the job's runs (active or finished) was created."""
+                job = api.get(f"/v1/jobs/{job_id}?embed=history&embed=activeRuns").json
+                runs = job["activeRuns"] + job["history"]["successfulFinishedRuns"] + \
+                    job["history"]["failedFinishedRuns"]
+                return [datetime.strptime(r["createdAt"], "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
+                        for r in runs]
+            # a run for the due time missed while it was down, or none, as the deadline says
+            wait_until(lambda: [t for t in created("late-ok") if killed_at < t < next_due],
+                       timeout=60)
+            assert [t for t in created("late-no") if killed_at < t < next_due] == []
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=30) == 0
