@@ -55,6 +55,8 @@ from framework.scheduling.agent_inventory import AgentInventory
 from framework.tasks.constraints import offer_fields
 from framework.health.gpu_health import GpuHealthView
 from framework.scheduling.driver_supervisor import DriverSupervisor
+from framework.scheduling.held_offers import HeldOffers
+from framework.scheduling.offer_summaries import OfferSummaries
 from framework.images.image_resolver import FAILED, READY, ImageResolver
 from framework.scheduling.matching import (RESTRICTED, Matcher, OfferSlot, gpu_behavior,
                                           share_reason)
@@ -189,10 +191,8 @@ class GpuScheduler:
         self._reconcile_retry_delay = RECONCILE_RETRY_SECONDS
         self._reconcile_retry_at = 0.0
         self._offers_seen: Counter = Counter()
-        # app id -> Marathon's processedOffersSummary of its waiting tasks
-        self._offer_summaries: dict[str, dict] = {}
-        # offers held for the gang at the head of the queue: offer id -> (offer, since)
-        self._held: dict[str, tuple[dict, float]] = {}
+        self._summaries = OfferSummaries(self.matcher)   # /v2/queue's processedOffersSummary
+        self._held = HeldOffers()          # for the gang at the head of the queue
         self.agents = AgentInventory()      # what offers told of each agent (the dashboard's)
         self._status_listeners: list[Callable[[Mapping[str, Any]], None]] = []
         self.variants = _resolver(config, self._variants_changed)
@@ -363,7 +363,7 @@ class GpuScheduler:
             self._offers_seen.update(o.get("hostname", "") for o in offers)
             self.agents.saw_offers(offers, self._gpus_held(), self._mig_held())
             now = time.time()
-            offers = [held for held, _ in self._held.values()] + list(offers)
+            offers = self._held.offers() + list(offers)
             waiting = [r.spec for r in self._records.values()
                        if r.state == PENDING and r.not_before <= now and not r.kill_requested]
             waiting, changed = self._resolved(waiting)
@@ -391,12 +391,12 @@ class GpuScheduler:
             launches = self._record_launches(placements, by_id, selector, host_ports, shared)
             changed += [self._records[t["name"]].copy() for tasks in launches.values()
                         for t in tasks]                   # now TASK_STAGING
-            self._summarize_offers(result.unplaced, slots, placements)
+            self._summaries.record(result.unplaced, slots, placements, now)
             changed += self._explain_unplaced(result.unplaced, offers, selector,
                                               [s for s in slots
                                                if s.offer_id not in gang_round.held])
             changed += self._explain_gangs(gangs, gang_round.reasons)
-            release = self._hold(gang_round.held - set(launches), by_id, now)
+            release = self._held.keep(gang_round.held - set(launches), by_id, now)
         self._notify_all(changed)
         for offer_id, tasks in launches.items():
             log.info("launching %s on %s", ", ".join(t["task_id"]["value"] for t in tasks),
@@ -407,20 +407,6 @@ class GpuScheduler:
                        and o["id"]["value"] not in self._held
                        and o["id"]["value"] not in release])
         self._release(release)
-
-    def _hold(self, wanted: set[str], offers: Mapping[str, dict], now: float) -> list[dict]:
-        """Keep `wanted` offers for the head gang (gang_placement.HOLD_SECONDS at most
-        each); returns the ones past that bound, to release. Under the lock."""
-        before, self._held, release = self._held, {}, []
-        for offer_id in wanted:
-            since = before[offer_id][1] if offer_id in before else now
-            if now - since >= gang_placement.HOLD_SECONDS:
-                release.append(offers[offer_id])
-            else:
-                self._held[offer_id] = (offers[offer_id], since)
-        if self._held and not before:
-            log.info("holding %d offer(s) for a gang being placed", len(self._held))
-        return [o["id"]["value"] for o in release]
 
     def _release(self, offer_ids: list[str]) -> None:
         """Decline offers held past the bound, with a short filter: they come back."""
@@ -433,39 +419,12 @@ class GpuScheduler:
     def held_offers(self) -> list[str]:
         """Ids of the offers held for a gang now."""
         with self._lock:
-            return list(self._held)
-
-    def _summarize_offers(self, unplaced: list[TaskSpec], slots: list,
-                          placements: Mapping[str, list[TaskSpec]]) -> None:
-        """Marathon's processedOffersSummary for each app with a task still waiting
-        after this round: offers seen, unused, and the last ones' reject reasons."""
-        now = time.time()
-        used_by: dict[str, set] = {}
-        for offer_id, specs in placements.items():
-            for spec in specs:
-                used_by.setdefault(spec.app_id, set()).add(offer_id)
-        seen: set[str] = set()
-        for spec in unplaced:
-            if spec.app_id in seen:
-                continue
-            seen.add(spec.app_id)
-            before = self._offer_summaries.get(spec.app_id, {})
-            used = len(used_by.get(spec.app_id, ()))
-            self._offer_summaries[spec.app_id] = {
-                "processedOffersCount": before.get("processedOffersCount", 0) + len(slots),
-                "unusedOffersCount": before.get("unusedOffersCount", 0) + len(slots) - used,
-                "lastUnusedOfferAt": now if used < len(slots) else before.get(
-                    "lastUnusedOfferAt"),
-                "lastUsedOfferAt": now if used else before.get("lastUsedOfferAt"),
-                "rejectSummaryLastOffers": self.matcher.reject_summary(spec, slots)}
-        for app_id in [a for a in self._offer_summaries if a not in seen and a in used_by]:
-            del self._offer_summaries[app_id]             # all of it placed now
+            return self._held.ids()
 
     def offer_summary(self, app_id: str) -> Optional[dict]:
         """The processedOffersSummary of an app's waiting tasks (None: none seen)."""
         with self._lock:
-            summary = self._offer_summaries.get(app_id)
-            return None if summary is None else dict(summary)
+            return self._summaries.get(app_id)
 
     def _explain_gangs(self, gangs: list[list[TaskSpec]], reasons: Mapping[str, str]
                        ) -> list[TaskRecord]:
@@ -485,7 +444,7 @@ class GpuScheduler:
     def offerRescinded(self, driver: SchedulerDriver, offer_id: Mapping) -> None:
         log.debug("offer %s rescinded", offer_id.get("value"))
         with self._lock:
-            self._held.pop(offer_id.get("value", ""), None)
+            self._held.drop(offer_id.get("value", ""))
 
     def statusUpdate(self, driver: SchedulerDriver, status: dict) -> None:
         mesos_id = status["task_id"]["value"]
@@ -797,11 +756,8 @@ class GpuScheduler:
                      and now - r.kill_sent_at >= self.config.kill_resend_seconds]
             for record in kills:
                 record.kill_sent_at = now
-            idle = not self._has_waiting_work()     # the gang held for ended or was stopped
-            expired = [o for o, (_, since) in self._held.items()
-                       if idle or now - since >= gang_placement.HOLD_SECONDS]
-            for offer_id in expired:
-                del self._held[offer_id]
+            # all of them when nothing waits: the gang held for ended or was stopped
+            expired = self._held.expire(now, all_of_them=not self._has_waiting_work())
         self._release(expired)
         refresh = (self._suppressed and self.config.agent_refresh_seconds > 0
                    and self._subscribed.is_set()

@@ -6,9 +6,13 @@ from tests.framework.marathon.conftest import app
 
 
 def queued(api, app_id):
+    """The app's summary once the scheduler has seen offers for it and the API has its
+    task's word on why (the registry follows the scheduler a moment later)."""
     items = [q for q in api.get("/v2/queue").json["queue"] if q["app"]["id"] == app_id]
     summary = items[0]["processedOffersSummary"] if items else {}
-    return summary if summary.get("processedOffersCount") else None
+    ready = summary.get("processedOffersCount") and \
+        summary.get("waitingReason", "").startswith("waiting: ")
+    return summary if ready else None
 
 
 def declined(summary):
