@@ -65,6 +65,7 @@ from framework.state.state_store import SchedulerStore, StoreError
 from framework.scheduling.task_record import (PENDING, RECORD_KIND, RETRYABLE_STATES, RUNNING,
                                    TERMINAL_STATES, TaskRecord, attempt_task_id)
 from framework.tasks.task_spec import TaskSpec
+from isolator import crashpoints
 from isolator.api import MIG_PROFILE_ATTRIBUTE
 from common.errors import UserError
 
@@ -398,7 +399,9 @@ class GpuScheduler:
             changed += self._explain_gangs(gangs, gang_round.reasons)
             release = self._held.keep(gang_round.held - set(launches), by_id, now)
         self._notify_all(changed)
-        for offer_id, tasks in launches.items():
+        for n, (offer_id, tasks) in enumerate(launches.items()):
+            if n:                     # a gang over several offers is several ACCEPTs
+                crashpoints.reached("framework:between_accepts", offer_id)
             log.info("launching %s on %s", ", ".join(t["task_id"]["value"] for t in tasks),
                      by_id[offer_id].get("hostname"))
             self._call("launchTasks", [{"value": offer_id}], tasks,

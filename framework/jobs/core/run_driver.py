@@ -57,6 +57,8 @@ class RunDriver:
             return run
         failed = [r for r in records.values() if r is not None
                   and ((r.terminal and r.state != "TASK_FINISHED") or r.state == UNREACHABLE)]
+        # the cause is what ended on its own, not the ranks this driver killed for it
+        failed = [r for r in failed if not r.kill_requested] or failed
         if failed:
             self._kill(records)
             if not all(ended):

@@ -209,3 +209,44 @@ def test_a_schedule_due_while_the_framework_is_down(mesos_prefix, tmp_path):
         finally:
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(timeout=30) == 0
+
+
+def test_framework_sigkilled_between_the_accepts_of_a_gang(mesos_prefix, tmp_path):
+    """The framework dies after one ACCEPT of a gang over two nodes went out and before
+    the other: the rank launched is ended when the framework is back (the other one's
+    launch is lost), and the gang starts again whole, whatever its policy (NEVER)."""
+    import os
+    with Master() as master, Agent(master, AGENT), Agent(master, AGENT):
+        master.wait_agents(2)
+        state = tmp_path / "state"
+        os.environ["MESOS_GPU_CRASH_AT"] = "framework:between_accepts"
+        try:
+            proc, api = start_process(master.address, state)
+        finally:
+            del os.environ["MESOS_GPU_CRASH_AT"]
+        try:
+            api.post("/v1/jobs", gang("split", 2))                # 1.5 cpus: one per node
+            run = api.post("/v1/jobs/split/runs", None).json
+            assert proc.wait(timeout=60) == -signal.SIGKILL       # at the crash point
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        launched = wait_until(lambda: framework_state(master)[1], timeout=30)
+        assert len(launched) == 1                                 # a partial gang, for now
+        proc, api = start_process(master.address, state)
+        try:
+            active = wait_until(lambda: (r := run_of(api, "split", run["id"]))["status"]
+                                == "ACTIVE" and r["attempt"] == 2 and r, timeout=90,
+                                what=lambda: f"attempt 2 active: {run_of(api, 'split', run['id'])}")
+            # the master's live tasks: attempt 2's two ranks, attempt 1's rank gone
+            wait_until(lambda: sorted((t["id"].rsplit(".", 2)[1], t["state"])
+                                      for t in framework_state(master)[1]) ==
+                       [("2", "TASK_RUNNING"), ("2", "TASK_RUNNING")], timeout=60,
+                       what=lambda: f"attempt 2 running alone: {framework_state(master)[1]}")
+            first = [t for t in active["ranks"] if t["rank"] == 0]
+            assert first and first[0]["id"].endswith(".2.0")
+            api.post(f"/v1/jobs/split/runs/{run['id']}/actions/stop", None)
+            wait_until(lambda: run_of(api, "split", run["id"])["status"] == "FAILED", timeout=60)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=30) == 0
