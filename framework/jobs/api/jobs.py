@@ -1,4 +1,5 @@
-"""`/v1/jobs` and `/v1/jobs/{jobId}`: create, list, read, replace, delete jobs, with
+"""`/v1/jobs` and `/v1/jobs/{jobId}` (and v0's `/v0/scheduled-jobs[/{jobId}]`, a job
+with its schedules): create, list, read, replace, delete jobs, with
 `?embed=activeRuns|schedules|history|historySummary` (or the dcos-metronome client's
 `activeRuns=true`...)."""
 from framework.jobs.core.job_service import JobService
@@ -14,6 +15,9 @@ def register(router: Router, service: JobService) -> None:
     j = JobsResource(service)
     router.add(r"/v1/jobs", GET=j.list, POST=j.create)
     router.add(JOB_PATH, GET=j.get, PUT=j.replace, DELETE=j.delete)
+    # Metronome's v0: a job with its schedules, created and replaced as one
+    router.add(r"/v0/scheduled-jobs", POST=j.create)
+    router.add(r"/v0/scheduled-jobs/(?P<job_id>[^/]+)", PUT=j.replace_with_schedules)
 
 
 def embeds(r: Request) -> set:
@@ -61,6 +65,11 @@ class JobsResource:
         self.service.job(job_id)                 # 404 before the body's 422
         job = self.service.update(read_job(parse_body(r.body), job_id))
         return Response(200, job.to_json())
+
+    def replace_with_schedules(self, r: Request, job_id: str) -> Response:
+        self.service.job(job_id)
+        job = self.service.update(read_job(parse_body(r.body), job_id), schedules=True)
+        return Response(200, job.to_json(schedules=True))
 
     def delete(self, r: Request, job_id: str) -> Response:
         job = self.service.delete(job_id, r.flag("stopCurrentJobRuns"))

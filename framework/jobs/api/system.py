@@ -1,4 +1,4 @@
-"""`/v1/ping`, `/v1/info`, `/v1/leader`, `/v1/queue` (runs waiting to start, with why)
+"""`/v1/ping`, `/info` and `/v1/info`, `/leader` and `/v1/leader`, `/v1/queue` (runs waiting to start, with why)
 and `/v1/metrics` (run counts by state, gang wait)."""
 from typing import Any, Callable
 
@@ -12,9 +12,9 @@ VERSION = "0.6.0-mesos-gpu"
 def register(router: Router, service: JobService, info: Callable[[], dict], metrics: Any,
              leadership: Any) -> None:
     s = SystemResource(service, info, metrics, leadership)
-    router.add(r"/v1/ping", GET=s.ping)
-    router.add(r"/v1/info", GET=s.info)
-    router.add(r"/v1/leader", GET=s.leader)
+    router.add(r"/v1/ping", GET=s.ping)       # Metronome's own are at /ping (Marathon's,
+    router.add(r"/(?:v1/)?info", GET=s.info)  # the same answer), /info and /leader
+    router.add(r"/(?:v1/)?leader", GET=s.leader)
     router.add(r"/v1/queue", GET=s.queue)
     router.add(r"/v1/metrics", GET=s.metrics)
 

@@ -120,13 +120,21 @@ class JobService:
         log.info("job %s created", job.id)
         return job
 
-    def update(self, job: JobSpec) -> JobSpec:
+    def update(self, job: JobSpec, schedules: bool = False) -> JobSpec:
+        """Replace a job's spec; its schedules stay, unless `schedules` (v0): then the
+        body's replace them."""
         self._check(job)
         with self.lock:
             old = self.job(job.id)
-            job = job.with_schedules(old.schedules) if not job.schedules else job
-            self.store.put_job(job)
+            if not schedules:
+                job = job.with_schedules(old.schedules)
+            with self.store.transaction():
+                self.store.put_job(job)
+                for gone in {s.id for s in old.schedules} - {s.id for s in job.schedules}:
+                    self.store.delete_mark(f"{job.id}/{gone}")
+                    self.marks.pop(f"{job.id}/{gone}", None)
             self.jobs[job.id] = job
+            schedule_rules.arm(self, job, self.clock())
         return job
 
     def delete(self, job_id: str, stop_runs: bool) -> JobSpec:

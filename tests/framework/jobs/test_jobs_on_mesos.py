@@ -225,3 +225,38 @@ def test_schedules_through_the_api_and_run_figures_in_metrics(start):
     assert figures["timers"]["metronome.runs.gang-wait.timer.seconds"]["count"] == 1
     info = api.get("/v1/info").json
     assert info["config"]["gang_hold_seconds"] == 10.0 and info["version"]
+
+
+# Every method + path of Metronome's published API (api/src/main/resources/public/api
+# of dcos/metronome: api.raml and what it includes), in an order that keeps what
+# later calls need; {run} is filled in as the run goes.
+RAML = [
+    ("GET", "/ping", None), ("GET", "/info", None), ("GET", "/leader", None),
+    ("POST", "/v1/jobs", job("cov", "sleep 60")), ("GET", "/v1/jobs", None),
+    ("GET", "/v1/jobs/cov", None), ("PUT", "/v1/jobs/cov", job("cov", "sleep 61")),
+    ("POST", "/v1/jobs/cov/schedules", {"id": "s", "cron": "0 0 1 1 *"}),
+    ("GET", "/v1/jobs/cov/schedules", None), ("GET", "/v1/jobs/cov/schedules/s", None),
+    ("PUT", "/v1/jobs/cov/schedules/s", {"id": "s", "cron": "0 0 2 1 *"}),
+    ("DELETE", "/v1/jobs/cov/schedules/s", None),
+    ("POST", "/v1/jobs/cov/runs", None), ("GET", "/v1/jobs/cov/runs", None),
+    ("GET", "/v1/jobs/cov/runs/{run}", None), ("GET", "/v1/queue", None),
+    ("GET", "/v1/metrics", None), ("POST", "/v1/jobs/cov/runs/{run}/actions/stop", None),
+    ("DELETE", "/v1/jobs/cov?stopCurrentJobRuns=true", None),
+    ("POST", "/v0/scheduled-jobs", {**job("v0", "true"),
+                                    "schedules": [{"id": "n", "cron": "0 3 * * *"}]}),
+    ("PUT", "/v0/scheduled-jobs/v0", {**job("v0", "true"),
+                                      "schedules": [{"id": "m", "cron": "0 4 * * *"}]}),
+]
+
+
+def test_every_path_of_metronome_s_raml_answers(start):
+    api = client_of(start())
+    run_id = None
+    for method, path, body in RAML:
+        path = path.replace("{run}", run_id or "")
+        reply = getattr(api, method.lower())(path, body) if method in ("POST", "PUT") \
+            else getattr(api, method.lower())(path)
+        assert reply.status < 300, (method, path, reply.status, reply.json)
+        if path == "/v1/jobs/cov/runs" and method == "POST":
+            run_id = reply.json["id"]
+    assert [s["id"] for s in api.get("/v1/jobs/v0/schedules").json] == ["m"]
