@@ -26,6 +26,8 @@ RESTART_POLICIES = ("NEVER", "ON_FAILURE")
 # Metronome's operators (EQ is IS) and Marathon's that hold for a gang as a whole
 OPERATORS = ("IS", "EQ", "LIKE", "UNLIKE", "GROUP_BY", "UNIQUE", "MAX_PER", "CLUSTER")
 MAX_INSTANCES = 1024
+# `mesos-gpu.<jobId>_<runId>.<attempt>.<rank>` names a sandbox directory (255 bytes)
+MAX_ID_LENGTH = 200
 
 _RUN_FIELDS = {"cpus", "mem", "disk", "gpus", "cmd", "args", "user", "env", "placement",
                "artifacts", "maxLaunchDelay", "docker", "ucr", "volumes", "restart",
@@ -179,7 +181,10 @@ def read_job(body: Any, job_id: Optional[str] = None) -> JobSpec:
         v.type_error("/id", "error.path.missing")
     else:
         ident = r.string(ident, "/id")
-        if ident is not None and not JOB_ID.fullmatch(ident):
+        if ident is not None and len(ident) > MAX_ID_LENGTH:
+            v.rule("/id", f"at most {MAX_ID_LENGTH} characters: its tasks' ids and their "
+                          f"sandbox directories (255 bytes at most) are made of it")
+        elif ident is not None and not JOB_ID.fullmatch(ident):
             v.rule("/id", "must be dot-separated names of lowercase letters, digits and "
                           "dashes, none starting or ending with a dash (e.g. prod.train-1)")
         if job_id is not None and ident is not None and ident != job_id:
@@ -213,7 +218,7 @@ def _read_run(r: Reader, v: Violations, value: Any, path: str) -> Optional[RunSp
     if table is None:
         return None
     _unknown(v, table, _RUN_FIELDS, path)
-    for key, minimum in (("cpus", 0.01), ("mem", 32), ("disk", 0)):
+    for key in ("cpus", "mem", "disk"):
         if table.get(key) is None:
             v.type_error(child(path, key), "error.path.missing")
     cpus = r.optional(table, "cpus", path, lambda x, p: r.number(x, p, 0.01), 1.0)

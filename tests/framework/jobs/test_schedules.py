@@ -71,3 +71,13 @@ def test_cron_in_a_time_zone_and_bad_ones_named():
     details = {d["path"]: d["errors"] for d in bad.value.body["details"]}
     assert details["/schedules(0)/cron"] == ["minute: 61 is outside 0-59"]
     assert "'Mars/Base' is not an IANA time zone" in details["/schedules(0)/timezone"][0]
+
+
+def test_a_job_id_too_long_for_its_sandboxes_is_refused_naming_the_limit():
+    with pytest.raises(ApiError) as bad:
+        read_job({"id": "a" * 201, "run": {"cmd": "x", "cpus": 1, "mem": 32, "disk": 0}})
+    assert bad.value.body["details"] == [{"path": "/id", "errors": [
+        "at most 200 characters: its tasks' ids and their sandbox directories (255 bytes at "
+        "most) are made of it"]}]
+    assert read_job({"id": "a" * 200, "run": {"cmd": "x", "cpus": 1, "mem": 32,
+                                              "disk": 0}}).id == "a" * 200
