@@ -260,3 +260,18 @@ def test_every_path_of_metronome_s_raml_answers(start):
         if path == "/v1/jobs/cov/runs" and method == "POST":
             run_id = reply.json["id"]
     assert [s["id"] for s in api.get("/v1/jobs/v0/schedules").json] == ["m"]
+
+
+def test_a_run_not_started_within_max_launch_delay_fails_saying_why(start):
+    api = client_of(start())
+    body = job("nowhere", "true", maxLaunchDelay=2,
+               placement={"constraints": [{"attribute": "rack", "operator": "IS",
+                                           "value": "r9"}]})
+    api.post("/v1/jobs", body)
+    run = api.post("/v1/jobs/nowhere/runs", None).json
+    waiting = wait_until(lambda: api.get("/v1/queue").json, timeout=30)
+    assert waiting[0]["runs"][0]["runId"] == run["id"]
+    done = wait_until(lambda: finished(api, "nowhere", run["id"]), timeout=60)
+    assert done["status"] == "FAILED" and done["tasks"][0]["status"] == "TASK_KILLED"
+    assert done["reason"].startswith("not started within maxLaunchDelay (2 s): waiting: no "
+                                     "offered agent (2 offered) qualifies for rack:IS:r9"), done
