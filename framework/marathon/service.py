@@ -311,11 +311,12 @@ class FrameworkService:
         if self.api.context.gpu_health is not None:     # the dashboard follows GPU health live
             self.api.context.gpu_health.on_change(
                 lambda agents: self.events.publish("gpu_health_changed_event", agentIds=agents))
-        ui.register(self.api.router, NodesView(self.registry, getattr(self.scheduler, "agents", None),
-                                               gpu_details(self.api.context.gpu_health)),
-                    StaticFiles())
         self.jobs = JobService(self.store, self.scheduler, self.leadership.is_leader,
                                self.args.mesos_user, self.policy)
+        ui.register(self.api.router, NodesView(self.registry, getattr(self.scheduler, "agents", None),
+                                               gpu_details(self.api.context.gpu_health),
+                                               self.jobs.task_records),
+                    StaticFiles())
         jobs_api.register(self.api.router, self.jobs, self.info, self.metrics, self.leadership)
         # a leader's new scheduler replaces the last one's gauges; counters go on.
         # They read self.scheduler, cleared when this instance steps down: one

@@ -33,7 +33,7 @@ executor reports them (the record's `gpu_usage`, framework.health.gpu_usage).
 Without either the tiles carry no such fields.
 """
 import json
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from framework.scheduling.agent_inventory import AgentInventory, AgentSeen
 from framework.tasks.constraints import REGION_FIELD, ZONE_FIELD
@@ -72,21 +72,25 @@ def _split(text: Optional[str]) -> List[str]:
 
 class NodesView:
     def __init__(self, registry: Registry, inventory: Optional[AgentInventory],
-                 gpu_details: Optional[GpuDetails] = None) -> None:
+                 gpu_details: Optional[GpuDetails] = None,
+                 other_tasks: Optional[Callable[[], List[TaskRecord]]] = None) -> None:
         self.registry = registry
         self.inventory = inventory or AgentInventory()
         self.gpu_details = gpu_details
+        self.other_tasks = other_tasks      # tasks not of apps: jobs' (framework/jobs)
         self._kept: Tuple[Any, bytes] = ((), b"")
 
     def body(self) -> bytes:
         """The answer as JSON bytes, built again only when something changed."""
         details = self.gpu_details() if self.gpu_details else {}
+        others = [t for t in self.other_tasks() if t.launched] if self.other_tasks else []
         with self.registry.lock:
             key = (self.registry.generation, self.inventory.generation,
-                   json.dumps(details, sort_keys=True) if details else "")
+                   json.dumps(details, sort_keys=True) if details else "",
+                   tuple((t.id, t.state, tuple(t.gpus), t.agent_id) for t in others))
             if self._kept[0] == key:
                 return self._kept[1]
-            tasks = [t for t in self.registry.tasks.values() if t.launched]
+            tasks = [t for t in self.registry.tasks.values() if t.launched] + others
         body = json.dumps(self.build(self.inventory.agents(), tasks, details),
                           separators=(",", ":")).encode()
         self._kept = (key, body)

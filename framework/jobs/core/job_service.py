@@ -226,6 +226,14 @@ class JobService:
                 raise not_found("Job Run", run_id)
             return run
 
+    def task_records(self) -> list:
+        """The scheduler's records of the active runs' tasks (the dashboard's GPU tiles)."""
+        if self.scheduler is None:
+            return []
+        with self.lock:
+            ids = [t.id for run in self.runs.values() if run.active for t in run.tasks]
+        return [r for r in (self.scheduler.task(i) for i in ids) if r is not None]
+
     def history(self, job_id: str) -> JobHistory:
         with self.lock:
             return self.histories.get(job_id, JobHistory())

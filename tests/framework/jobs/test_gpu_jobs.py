@@ -63,5 +63,21 @@ def test_a_gpu_gang_gets_one_gpu_per_rank_the_driver_volume_and_its_rendezvous(
             assert task["host"] == HOSTNAME and len(task["gpus"]) == 1
         assert sorted(granted_all) == sorted(node.minors)
         wait_until(lambda: node.allocated() == [], timeout=30, what="the GPUs free again")
+
+        # a running gang's ranks are on their GPUs' tiles in the dashboard's node view
+        api.post("/v1/jobs", {"id": "gpu.hold", "run": {
+            "cmd": "sleep 600", "cpus": 0.1, "mem": 32, "disk": 0, "gpus": 1, "instances": 2,
+            "docker": {"image": image}}})
+        hold = api.post("/v1/jobs/gpu.hold/runs", None).json
+
+        def tiles():
+            nodes = api.get("/v1/nodes").json["nodes"]
+            held = [t for n in nodes for t in n["gpus"] if t.get("taskId")]
+            return len(held) == 2 and all(t["taskState"] == "TASK_RUNNING" for t in held) \
+                and held
+        held = wait_until(tiles, timeout=120)
+        assert {t["appId"] for t in held} == {"gpu.hold"} and {t["state"] for t in held} == {"held"}
+        api.post(f"/v1/jobs/gpu.hold/runs/{hold['id']}/actions/stop", None)
+        wait_until(lambda: node.allocated() == [], timeout=60, what="the GPUs free again")
     finally:
         service.stop()
