@@ -3,7 +3,8 @@ real Mesos master and agent advertising what `mesos-gpu agent flags` prints, the
 agent daemon over a fake K80 (2 GPUs), our executor, the real Docker engine. A
 2-instance gang of 1 GPU each runs on the node: each rank gets exactly one GPU, not
 its peer's, the driver volume read-only (the image asks for it by label), and its
-rendezvous with one process per GPU; the GPUs are free again when the run ends."""
+rendezvous (the agent's IP) with one process per GPU; the GPUs are free again when the
+run ends. While a gang runs, the dashboard's node view shows its ranks on their GPUs."""
 import pytest
 
 from framework.marathon.service import FrameworkService
