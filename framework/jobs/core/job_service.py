@@ -90,14 +90,18 @@ class JobService:
             self.store.put_run(after)
             self.runs[key] = after
             return
+        self.finished_counts[after.status] += 1
+        if after.job_id not in self.jobs:          # its job was deleted: nothing to keep
+            self.store.delete_run(after)
+            del self.runs[key]
+            self.driver.forget_tasks(after)
+            return
         history = self.histories.get(after.job_id, JobHistory()).record(after)
         with self.store.transaction():
             self.store.put_run(after)
-            if after.job_id in self.jobs:
-                self.store.put_history(after.job_id, history)
+            self.store.put_history(after.job_id, history)
         self.runs[key] = after
         self.histories[after.job_id] = history
-        self.finished_counts[after.status] += 1
         self.driver.forget_tasks(after)
         self._prune(after.job_id)
 

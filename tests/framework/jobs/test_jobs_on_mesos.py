@@ -250,7 +250,8 @@ RAML = [
 
 
 def test_every_path_of_metronome_s_raml_answers(start):
-    api = client_of(start())
+    service = start()
+    api = client_of(service)
     run_id = None
     for method, path, body in RAML:
         path = path.replace("{run}", run_id or "")
@@ -260,6 +261,10 @@ def test_every_path_of_metronome_s_raml_answers(start):
         if path == "/v1/jobs/cov/runs" and method == "POST":
             run_id = reply.json["id"]
     assert [s["id"] for s in api.get("/v1/jobs/v0/schedules").json] == ["m"]
+    # the deleted job's stopped run leaves nothing in the store once it has ended
+    wait_until(lambda: not [k for k in service.store.items("job_run") if k.startswith("cov/")],
+               timeout=60)
+    assert "cov" not in service.store.items("job_history")
 
 
 def test_a_run_not_started_within_max_launch_delay_fails_saying_why(start):
