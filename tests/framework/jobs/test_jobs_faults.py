@@ -67,7 +67,8 @@ def test_framework_sigkilled_while_placing_a_gang(mesos_prefix, tmp_path):
             # 2 of 3 members fit: the offers of both agents are held for the gang
             wait_until(lambda: framework_state(master)[0] >= 4, timeout=30,
                        what="the gang's offers held")
-            reason = wait_until(lambda: run_of(api, "three", run["id"])["reason"], timeout=30)
+            reason = wait_until(lambda: (r := run_of(api, "three", run["id"])["reason"])
+                                .startswith("waiting: gang of 3") and r, timeout=30)
             assert "gang of 3 (1.5 cpus, 32 MB each): the offers place 2 of 3" in reason
             queue = api.get("/v1/queue").json
             assert queue == [{"jobId": "three", "runs": [{"runId": run["id"],
