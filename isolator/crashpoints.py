@@ -15,7 +15,9 @@ log = logging.getLogger("mesos-gpu.agent")
 
 POINTS = ("prepare:after_ledger", "isolate:before_move", "isolate:after_move",
           "update:after_ledger", "update:after_kernel", "cleanup:after_kernel",
-          "release:after_stop", "gpu_fault:after_record")
+          "release:after_stop", "gpu_fault:after_record",
+          # the framework's scheduler: one offer's ACCEPT sent, the next one's not
+          "framework:between_accepts")
 
 
 def reached(point: str, container_id: str) -> None:

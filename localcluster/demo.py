@@ -5,10 +5,13 @@ GPUs when the host has an NVIDIA driver; otherwise GPUs simulated through a fake
 NVML library over the real NVIDIA 535 driver files, said plainly), a local Mesos
 1.11 master and agent advertising what `mesos-gpu agent flags` prints, and the
 framework with its Marathon API. Then submits the example cognitive workload
-through that HTTP API (an inference service in a Docker container and a training
-job in a unified Mesos container, one GPU each), shows the tasks on their GPUs
-with a live progress line, shows which device nodes a task can open, deletes the
-apps, and shuts everything down cleanly.
+through its HTTP APIs (an inference service in a Docker container as a Marathon app,
+the training as a Metronome job in a unified Mesos container, one GPU each), shows
+the tasks on their GPUs with a live progress line, shows which device nodes a task
+can open, runs the training once to completion, then as a 2-rank gang (one GPU per
+rank) that waits while the inference app holds a GPU, says why, starts whole once
+the app is deleted and meets through its rendezvous; and shuts everything down
+cleanly.
 """
 import argparse
 import json
@@ -24,7 +27,7 @@ from isolator.discovery.gpu import Inventory
 from common.errors import UserError
 
 log = logging.getLogger("mesos-gpu.demo")
-STEPS = 8
+STEPS = 10
 WAIT_RUNNING = 240.0
 WAIT_FREED = 60.0
 # Inside the task's container: which /dev/nvidia* nodes open, and what a node for
@@ -67,7 +70,7 @@ class Demo:
 
     def run(self) -> int:
         from localcluster.cognitive import image, launch
-        from localcluster import docker_engine, gpu_node, mesos
+        from localcluster import demo_jobs, docker_engine, gpu_node, mesos
 
         self.step("GPUs on this host")
         node_layout = simulated_layout_if_needed(self.args.nvml_library)
@@ -102,21 +105,44 @@ class Demo:
             framework_service(master.address, node, engine))
         say(f"  Marathon API at {api_url} (HTTP basic auth, credentials in its state dir)")
 
-        self.step("submit the example apps through the HTTP API; live progress")
+        self.step("submit the inference app (/v2/apps) and the training job (/v1/jobs); "
+                  "live progress")
         api = launch.Api(api_url, auth=credentials)
-        apps = (launch.load_apps(["inference"], ["docker"], launch.APPS_DIR, None)
-                + launch.load_apps(["training"], ["mesos"], launch.APPS_DIR, None))
+        apps = launch.load_apps(["inference"], ["docker"], launch.APPS_DIR, None)
         progress = launch.Progress()
         watches = launch.submit(api, apps, progress.say)
         # Deleted on every way out (an error, Ctrl-C) before the framework stops.
         self.stack.callback(delete_apps, launch, api, watches, progress, node)
-        if not launch.watch_until(api, watches[:1], WAIT_RUNNING, progress):
+        job = demo_jobs.load_job()
+        self.stack.callback(demo_jobs.delete, api, job["id"])
+        run_id = demo_jobs.start(api, job)
+        say(f"  submitted job {job['id']} (MESOS container of {job['run']['ucr']['image']['id']}"
+            f", {job['run']['gpus']} GPU), run {run_id}")
+        if not launch.watch_until(api, watches, WAIT_RUNNING, progress):
             raise UserError(f"the inference task was not running after {WAIT_RUNNING:.0f} s "
                             f"(agent daemon log: {node.log_path})")
 
         self.step("isolation: the device nodes the inference task can open")
         show_isolation(engine, node)
-        launch.watch_until(api, watches, WAIT_RUNNING, progress)
+
+        self.step("the training job runs once to completion (a job is not restarted when "
+                  "it succeeds)")
+        run = demo_jobs.follow(api, job["id"], run_id, say)
+        demo_jobs.ended(run, job["id"], agent.run_dir, say)
+
+        self.step("the training as a gang of 2 ranks, one GPU each: all or nothing, then "
+                  "they meet through MASTER_ADDR:MASTER_PORT")
+        gang = demo_jobs.gang_of(job, 2)
+        run_id = demo_jobs.start(api, gang)
+
+        def free_a_gpu(waiting: dict) -> bool:
+            if "gang of" not in waiting.get("reason", ""):
+                return False                    # said why it waits first
+            say("  deleting the inference app: its GPU is the one the gang waits for")
+            launch.delete(api, watches, progress.say)
+            return True
+        run = demo_jobs.follow(api, gang["id"], run_id, say, free_a_gpu)
+        demo_jobs.ended(run, gang["id"], agent.run_dir, say)
         return 0
 
 

@@ -49,7 +49,7 @@ SUBPACKAGES = {
                  ["allocation"], ["sharing"], ["gpu_health"], ["containers"], ["metrics"],
                  ["daemon"], ["node_check"], ["cli.py"]],
     "framework": [["mesos_api"], ["tasks"], ["gpus"], ["ha", "state"], ["queues"], ["images"],
-                  ["scheduling"], ["executor"], ["http"], ["marathon"], ["ui"], ["process"],
+                  ["scheduling"], ["executor"], ["http"], ["marathon"], ["jobs"], ["ui"], ["process"],
                   ["image_cli.py"], ["cli.py"]],
     "framework.marathon": [["state"], ["core"], ["api"]],
 }

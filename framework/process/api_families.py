@@ -5,8 +5,8 @@ An API family is a package of its own in Marathon's shape (`api` over `core` ove
 `mount` builds every family over the state this instance loaded when it took the
 lead: their routes go on one router, their background loops come back to the
 process (framework_process.py), which starts them while it leads and stops them,
-in reverse, when it stops. To add a family (Metronome's /v1/jobs as
-framework/jobs/): one `_<family>(process, router)` function below that builds its
+in reverse, when it stops. Marathon's /v2 and Metronome's /v1 (framework/jobs/) are
+mounted here. To add a family: one `_<family>(process, router)` function below that builds its
 core over the `Process`'s store and event bus, registers its routes on `router`
 and returns its loops, and one line in `mount`.
 """
@@ -18,6 +18,8 @@ from framework.http.events import EventBus
 from framework.http.metrics import Metrics
 from framework.http.routing import Router
 from framework.http.security import DockerPolicy
+from framework.jobs import api as jobs_api
+from framework.jobs.core.job_service import JobService
 from framework.marathon.api.context import ApiContext
 from framework.marathon.api.http_api import MarathonApi
 from framework.marathon.core.group_manager import GroupManager
@@ -66,13 +68,14 @@ class Marathon:
         return [self.instance_keeper, self.task_health, self.readiness]
 
 
-def mount(process: Process) -> Tuple[MarathonApi, List[Loop], Marathon]:
+def mount(process: Process) -> Tuple[MarathonApi, List[Loop], Marathon, JobService]:
     """Every family over the leader's state: the API that serves them all (it counts
-    each request in /metrics), the loops of their cores in start order, and
-    Marathon's core."""
+    each request in /metrics), the loops of their cores in start order, Marathon's
+    core and the jobs' service."""
     api, marathon = _marathon(process)
-    _dashboard(process, api.router, marathon.group_manager)
-    return api, marathon.loops, marathon
+    jobs = _jobs(process, api.router)
+    _dashboard(process, api.router, marathon.group_manager, jobs)
+    return api, [*marathon.loops, jobs], marathon, jobs
 
 
 def _marathon(process: Process) -> Tuple[MarathonApi, Marathon]:
@@ -92,15 +95,26 @@ def _marathon(process: Process) -> Tuple[MarathonApi, Marathon]:
     # beside /v2/info, not in it: Marathon clients (marathon-python) refuse keys of
     # /v2/info they do not know
     api.context.gpu_sharing = process.gpu_sharing
+    api.context.offer_summary = getattr(process.scheduler, "offer_summary", None)
     return api, marathon
 
 
-def _dashboard(process: Process, router: Router, group_manager: GroupManager) -> None:
+def _jobs(process: Process, router: Router) -> JobService:
+    """Metronome's /v1 (framework/jobs/): jobs, runs and schedules over the store; its
+    service hands runs to the scheduler and keeps each to completion (its loop)."""
+    jobs = JobService(process.store, process.scheduler, process.leadership.is_leader,
+                      process.args.mesos_user, process.policy)
+    jobs_api.register(router, jobs, process.info, process.metrics, process.leadership)
+    return jobs
+
+
+def _dashboard(process: Process, router: Router, group_manager: GroupManager,
+               jobs: JobService) -> None:
     """The dashboard (framework/ui/): its page and files, /v1/nodes over Marathon's
-    tasks and the agents the scheduler has seen; no loop of its own."""
+    and the jobs' tasks and the agents the scheduler has seen; no loop of its own."""
     gpu_health = getattr(process.scheduler, "gpu_health", None)
     if gpu_health is not None:      # the dashboard follows GPU health live
         gpu_health.on_change(
             lambda agents: process.events.publish("gpu_health_changed_event", agentIds=agents))
     ui.register(router, NodesView(group_manager, getattr(process.scheduler, "agents", None),
-                                  gpu_details(gpu_health)), StaticFiles())
+                                  gpu_details(gpu_health), jobs.task_records), StaticFiles())

@@ -228,6 +228,7 @@ class FrameworkProcess:
         self.task_health: Optional[TaskHealthMonitor] = None
         self.readiness: Optional[ReadinessMonitor] = None
         self.loops: List[Any] = []     # the API families' loops, run while leading
+        self.jobs: Any = None           # Metronome's /v1 (framework/jobs), while leading
         self.api: Optional[MarathonApi] = None
         self.fatal: Optional[str] = None     # why this instance must stop (a corrupt state)
         self._lock_fd: Optional[int] = None
@@ -331,7 +332,7 @@ class FrameworkProcess:
         supervisor = getattr(self.scheduler, "supervisor", None)
         if supervisor is not None:      # no Mesos call, no (re)subscription unless leading
             supervisor.may_act = self.leadership.is_leader
-        self.api, self.loops, marathon = api_families.mount(self)
+        self.api, self.loops, marathon, self.jobs = api_families.mount(self)
         self.group_manager, self.instance_keeper = marathon.group_manager, marathon.instance_keeper
         self.task_health, self.readiness = marathon.task_health, marathon.readiness
         # a leader's new scheduler replaces the last one's gauges; counters go on.
@@ -409,7 +410,7 @@ class FrameworkProcess:
             if scheduler is not None:
                 scheduler.stop()
             self.scheduler = self.group_manager = self.instance_keeper = None
-            self.task_health = self.readiness = None
+            self.task_health = self.readiness = self.jobs = None
             self.loops = []
             self.store.unload()
             return

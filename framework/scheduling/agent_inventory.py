@@ -29,6 +29,7 @@ class AgentSeen:
     hostname: str
     fields: dict[str, str]            # attributes, hostname, @region/@zone (constraints' view)
     gpus: int = 0                     # offered + held by our tasks, at the last offer
+    most_gpus: int = 0                # the most `gpus` ever was (its GPUs, all of them free)
     offered: dict[str, float] = field(default_factory=dict)   # at the last offer
     first_seen: float = 0.0
     last_offer: float = 0.0
@@ -76,6 +77,7 @@ class AgentInventory:
                 agent.fields = offer_fields(offer)
                 agent.offered = offered[agent_id]
                 agent.gpus = int(offered[agent_id].get("gpus", 0)) + held_gpus.get(agent_id, 0)
+                agent.most_gpus = max(agent.most_gpus, agent.gpus)
                 held = (held_mig or {}).get(agent_id, {})
                 profiles = {name[len(MIG_RESOURCE_PREFIX):]: int(value)
                             for name, value in offered[agent_id].items()

@@ -63,6 +63,13 @@ UNRESTRICTED = "unrestricted"
 GPU_SCHEDULING_BEHAVIORS = (RESTRICTED, UNRESTRICTED)
 GPU_SCHEDULING_LABEL = "GPU_SCHEDULING_BEHAVIOR"
 
+# Marathon's NoOfferMatchReason, in the order its matcher checks them
+# (processedOffersSummary.rejectSummaryLastOffers in /v2/queue)
+REJECT_REASONS = ("UnfulfilledRole", "UnfulfilledConstraint", "NoCorrespondingReservationFound",
+                  "AgentMaintenance", "InsufficientCpus", "InsufficientMemory",
+                  "InsufficientDisk", "InsufficientGpus", "InsufficientPorts",
+                  "DeclinedScarceResources")
+
 # Operators whose answer depends only on the offer, not on earlier placements.
 _STATIC_OPERATORS = frozenset({"LIKE", "UNLIKE", "IS"})
 _MILLI = 1000
@@ -266,12 +273,97 @@ class Matcher:
         the images whose variants decide where their tasks may run;
         `unusable_gpus`: agent id -> offered GPUs that are not healthy;
         `unusable_shared`: agent id -> indices of its shared GPUs that are not healthy."""
+        return self.match_slots(pending, self.slots(offers, unusable_gpus, unusable_shared),
+                                placed, variants)
+
+    @staticmethod
+    def slots(offers: Sequence[Mapping[str, Any]],
+              unusable_gpus: Optional[Mapping[str, int]] = None,
+              unusable_shared: Optional[Mapping[str, frozenset]] = None) -> list[OfferSlot]:
+        """The offers as slots to place into, less what is not healthy."""
         unusable, sick_shared = unusable_gpus or {}, unusable_shared or {}
-        return _Round(self, [OfferSlot.from_offer(o, i, unusable.get(o["agent_id"]["value"], 0),
-                                                  sick_shared.get(o["agent_id"]["value"],
-                                                                  frozenset()))
-                             for i, o in enumerate(offers)],
-                      placed or {}, variants).run(pending)
+        return [OfferSlot.from_offer(o, i, unusable.get(o["agent_id"]["value"], 0),
+                                     sick_shared.get(o["agent_id"]["value"], frozenset()))
+                for i, o in enumerate(offers)]
+
+    def match_slots(self, pending: Sequence[TaskSpec], slots: list[OfferSlot],
+                    placed: Optional[Mapping[str, Iterable[Mapping[str, str]]]] = None,
+                    variants: Optional["Selector"] = None) -> MatchResult:
+        """`match` on slots some of which others (gangs) may have filled already."""
+        return _Round(self, slots, placed or {}, variants).run(pending)
+
+    def capacity(self, spec: TaskSpec, slots: Sequence[OfferSlot],
+                 variants: Optional["Selector"] = None) -> dict[str, int]:
+        """Offer id -> how many tasks like `spec` it can still take, for the offers its
+        static constraints (and image variants) allow; the others are left out."""
+        round_ = _Round(self, list(slots), {}, variants)
+        group = round_._groups([spec])[0]
+        return {s.offer_id: n for s in round_._eligible(group)
+                if (n := round_._fits(s, group.shape, group.behavior)) > 0}
+
+    def unplaced_reason(self, spec: TaskSpec, slots: Sequence[OfferSlot],
+                        variants: Optional["Selector"] = None) -> Optional[str]:
+        """Why no offer of `slots` (what is left of them) takes `spec`, in words an
+        operator acts on; None when it is not for a reason this can see (dynamic
+        constraints, ports, image variants: their own messages)."""
+        round_ = _Round(self, list(slots), {}, variants)
+        group = round_._groups([spec])[0]
+        qualified = [s for s in slots if round_._static_ok(group.static, s)]
+        if group.static and not qualified:
+            return (f"no offered agent ({len(slots)} offered) qualifies for "
+                    + ", ".join(str(c) for c in group.static))
+        if spec.whole_gpus:
+            largest = max((s.gpus_for(spec.mig_profile) for s in qualified), default=0)
+            if largest < spec.whole_gpus:
+                kind = f"{spec.mig_profile} MIG devices" if spec.mig_profile else "GPUs"
+                return (f"needs {spec.whole_gpus} {kind} on one node; the largest free block "
+                        f"offered is {largest} (of {len(qualified)} offered agent(s))")
+        elif group.behavior == RESTRICTED and qualified and all(s.holds_gpus for s in qualified):
+            return (f"asks no GPU and the {len(qualified)} offered agent(s) have GPUs "
+                    f"(restricted GPU scheduling; label {GPU_SCHEDULING_LABEL}=unrestricted "
+                    f"lets it there)")
+        cpus = max((s.cpus for s in qualified), default=0) / _MILLI
+        mem = max((s.mem for s in qualified), default=0) / _MILLI
+        if cpus < spec.cpus or mem < spec.mem:
+            return (f"needs {spec.cpus:g} cpus and {spec.mem:g} MB on one node; the most "
+                    f"offered is {cpus:g} cpus, {mem:g} MB")
+        return None
+
+    def reject_summary(self, spec: TaskSpec, slots: Sequence[OfferSlot]) -> list[dict]:
+        """Marathon's rejectSummaryLastOffers for `spec` over `slots`: for each reason in
+        its order, the offers that reached that check and those declined by it."""
+        round_ = _Round(self, list(slots), {}, None)
+        group = round_._groups([spec])[0]
+        shape = group.shape
+        declined = dict.fromkeys(REJECT_REASONS, 0)
+        for slot in slots:
+            if not round_._static_ok(group.static, slot):
+                reason = "UnfulfilledConstraint"
+            elif slot.cpus < shape.cpus:
+                reason = "InsufficientCpus"
+            elif slot.mem < shape.mem:
+                reason = "InsufficientMemory"
+            elif slot.disk < shape.disk:
+                reason = "InsufficientDisk"
+            elif (shape.gpus and slot.gpus_for(shape.mig_profile) < shape.gpus) or (
+                    shape.share and not round_._fits(slot, shape, "")):
+                reason = "InsufficientGpus"
+            elif (shape.ports or shape.fixed_ports) and not round_._fits(slot, shape, ""):
+                reason = "InsufficientPorts"
+            elif group.behavior == RESTRICTED and slot.holds_gpus:
+                reason = "DeclinedScarceResources"
+            else:
+                continue
+            declined[reason] += 1
+        out, processed = [], len(slots)
+        for reason in REJECT_REASONS:
+            out.append({"reason": reason, "declined": declined[reason], "processed": processed})
+            processed -= declined[reason]
+        return out
+
+    def has_dynamic(self, spec: TaskSpec) -> bool:
+        """A constraint of `spec` depends on where its fellows are placed."""
+        return any(not _is_static(c) for c in spec.constraints)
 
 
 class _Round:

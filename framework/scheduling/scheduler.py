@@ -49,12 +49,15 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
 from framework.gpus import gpu_usage
-from framework.tasks import taskinfo
+from framework.scheduling import gang_placement
+from framework.tasks import rendezvous, taskinfo
 from framework.scheduling.agent_inventory import AgentInventory
 from framework.tasks.constraints import offer_fields
 from framework.gpus.gpu_health import GpuHealthView
 from framework.scheduling.driver_supervisor import DriverSupervisor
 from framework.scheduling.mesos_credential import Credential
+from framework.scheduling.held_offers import HeldOffers
+from framework.scheduling.offer_summaries import OfferSummaries
 from framework.images.image_resolver import FAILED, READY, ImageResolver
 from framework.scheduling.matching import (RESTRICTED, Matcher, OfferSlot, gpu_behavior,
                                           share_reason)
@@ -63,6 +66,7 @@ from framework.state.state_store import SchedulerStore, StoreError
 from framework.scheduling.task_record import (PENDING, RECORD_KIND, RETRYABLE_STATES, RUNNING,
                                    TERMINAL_STATES, TaskRecord, attempt_task_id)
 from framework.tasks.task_spec import TaskSpec
+from isolator import crashpoints
 from isolator.api import MIG_PROFILE_ATTRIBUTE
 from common.errors import UserError
 
@@ -71,6 +75,8 @@ log = logging.getLogger(__name__)
 WAITING_FOR_OFFER = "waiting for a matching offer"
 _NO_VARIANT = "waiting: no offered agent"     # framework.images.variant_selection.unservable_reason
 _NO_SHARE = "waiting: gpus "                  # matching.share_reason
+# matching.Matcher.unplaced_reason's sentences
+_NO_FIT = ("waiting: needs ", "waiting: no offered agent ", "waiting: asks no GPU ")
 MAINTENANCE_INTERVAL = 1.0
 RECONCILE_RETRY_SECONDS = 1.0   # first re-ask for unanswered tasks; doubles each time
 RECONCILE_RETRY_MAX_SECONDS = 60.0
@@ -188,6 +194,8 @@ class GpuScheduler:
         self._reconcile_retry_delay = RECONCILE_RETRY_SECONDS
         self._reconcile_retry_at = 0.0
         self._offers_seen: Counter = Counter()
+        self._summaries = OfferSummaries(self.matcher)   # /v2/queue's processedOffersSummary
+        self._held = HeldOffers()          # for the gang at the head of the queue
         self.agents = AgentInventory()      # what offers told of each agent (the dashboard's)
         self._status_listeners: list[Callable[[Mapping[str, Any]], None]] = []
         self.variants = _resolver(config, self._variants_changed)
@@ -231,9 +239,12 @@ class GpuScheduler:
     def framework_id(self) -> Optional[str]:
         return self.store.framework_id()
 
-    def submit(self, spec: TaskSpec, app_version: str = "", config_version: str = "") -> TaskRecord:
+    def submit(self, spec: TaskSpec, app_version: str = "", config_version: str = "",
+               retries: bool = True) -> TaskRecord:
         """Queue a task; it launches when a matching offer comes. The versions
-        say which version of its app it runs (kept in its record for the API)."""
+        say which version of its app it runs (kept in its record for the API).
+        `retries`: a failed launch is tried again here (False: its owner decides,
+        as a job's restart policy does)."""
         if not isinstance(spec, TaskSpec):
             raise UserError(f"submit: expected a TaskSpec, got {type(spec).__name__}")
         gpu_behavior(spec, self.config.gpu_scheduling)  # refuse a bad label now
@@ -244,7 +255,8 @@ class GpuScheduler:
             if spec.id in self._records:
                 raise UserError(f"task {spec.id}: a task with this id already exists")
             record = TaskRecord(spec=spec, message=WAITING_FOR_OFFER,
-                                app_version=app_version, config_version=config_version)
+                                app_version=app_version, config_version=config_version,
+                                retries=retries)
             self._save(record)          # a store that refuses it: no task, nothing to undo
             self._records[spec.id] = record
             self._request_variant(record)
@@ -340,6 +352,8 @@ class GpuScheduler:
 
     def disconnected(self, driver: SchedulerDriver) -> None:
         self._subscribed.clear()
+        with self._lock:
+            self._held.clear()          # offers of the old connection are void
         log.warning("disconnected from the master; the driver reconnects")
 
     def error(self, driver: SchedulerDriver, message: str) -> None:
@@ -352,35 +366,90 @@ class GpuScheduler:
             self._offers_seen.update(o.get("hostname", "") for o in offers)
             self.agents.saw_offers(offers, self._gpus_held(), self._mig_held())
             now = time.time()
+            offers = self._held.offers() + list(offers)
             waiting = [r.spec for r in self._records.values()
                        if r.state == PENDING and r.not_before <= now and not r.kill_requested]
             waiting, changed = self._resolved(waiting)
             if not waiting:
+                self._held.clear()
                 self._decline(offers)
                 self._suppress_if_idle()
                 self._notify_all(changed)
                 return
             selector = self.variants.selector() if self.variants is not None else None
             self.gpu_health.offered(offers)
-            result = self.matcher.match(waiting, offers, self._placed_by_app(), selector,
-                                        self.gpu_health.unusable(),
-                                        self.gpu_health.unusable_shared())
+            slots = self.matcher.slots(offers, self.gpu_health.unusable(),
+                                       self.gpu_health.unusable_shared())
+            gangs, single = gang_placement.gangs_of(waiting)
+            gang_round = gang_placement.place(self.matcher, gangs, slots, self.agents.agents(),
+                                              selector)
+            result = self.matcher.match_slots(
+                single, [s for s in slots if s.offer_id not in gang_round.held],
+                self._placed_by_app(), selector)
+            # a slot's tasks are the gangs' and the single tasks' placed in it
+            placements = {s.offer_id: list(s.tasks) for s in slots if s.tasks}
             by_id = {o["id"]["value"]: o for o in offers}
-            launches = self._record_launches(result.placements, by_id, selector,
-                                             result.host_ports(), result.shared_gpus())
+            host_ports = {k: v for s in slots for k, v in s.host_ports.items()}
+            shared = {k: v for s in slots for k, v in s.shared.items()}
+            launches = self._record_launches(placements, by_id, selector, host_ports, shared)
             changed += [self._records[t["name"]].copy() for tasks in launches.values()
                         for t in tasks]                   # now TASK_STAGING
-            changed += self._explain_unplaced(result.unplaced, offers, selector)
+            self._summaries.record(result.unplaced, slots, placements, now)
+            changed += self._explain_unplaced(result.unplaced, offers, selector,
+                                              [s for s in slots
+                                               if s.offer_id not in gang_round.held])
+            changed += self._explain_gangs(gangs, gang_round.reasons)
+            release = self._held.keep(gang_round.held - set(launches), by_id, now)
         self._notify_all(changed)
-        for offer_id, tasks in launches.items():
+        for n, (offer_id, tasks) in enumerate(launches.items()):
+            if n:                     # a gang over several offers is several ACCEPTs
+                crashpoints.reached("framework:between_accepts", offer_id)
             log.info("launching %s on %s", ", ".join(t["task_id"]["value"] for t in tasks),
                      by_id[offer_id].get("hostname"))
             self._call("launchTasks", [{"value": offer_id}], tasks,
                        {"refuse_seconds": self.config.refuse_seconds})
-        self._decline([o for o in offers if o["id"]["value"] not in launches])
+        self._decline([o for o in offers if o["id"]["value"] not in launches
+                       and o["id"]["value"] not in self._held
+                       and o["id"]["value"] not in release])
+        self._release(release)
+
+    def _release(self, offer_ids: list[str]) -> None:
+        """Decline offers held past the bound, with a short filter: they come back."""
+        if offer_ids:
+            log.info("releasing %d offer(s) held for a gang over %g s", len(offer_ids),
+                     gang_placement.HOLD_SECONDS)
+            self._call("declineOffer", [{"value": o} for o in offer_ids],
+                       {"refuse_seconds": gang_placement.RELEASE_REFUSE_SECONDS})
+
+    def held_offers(self) -> list[str]:
+        """Ids of the offers held for a gang now."""
+        with self._lock:
+            return self._held.ids()
+
+    def offer_summary(self, app_id: str) -> Optional[dict]:
+        """The processedOffersSummary of an app's waiting tasks (None: none seen)."""
+        with self._lock:
+            return self._summaries.get(app_id)
+
+    def _explain_gangs(self, gangs: list[list[TaskSpec]], reasons: Mapping[str, str]
+                       ) -> list[TaskRecord]:
+        changed = []
+        for gang in gangs:
+            reason = reasons.get(gang[0].gang)
+            if reason is None:
+                continue
+            for spec in gang:
+                record = self._records[spec.id]
+                message = f"waiting: {reason}"
+                if record.message != message:
+                    record.message, record.updated = message, time.time()
+                    changed.append(record.copy())
+        return changed
 
     def offerRescinded(self, driver: SchedulerDriver, offer_id: Mapping) -> None:
         log.debug("offer %s rescinded", offer_id.get("value"))
+        with self._lock:
+            self._held.drop(offer_id.get("value", ""))
 
     def statusUpdate(self, driver: SchedulerDriver, status: dict) -> None:
         mesos_id = status["task_id"]["value"]
@@ -491,6 +560,9 @@ class GpuScheduler:
     def _stage(self, placements: Mapping[str, list[TaskSpec]], offers: Mapping[str, dict],
                framework_id: str, launches: dict[str, list[dict]], selector: Any,
                host_ports: Mapping[str, tuple], shared: Mapping[str, tuple]) -> None:
+        masters = {spec.gang: (rendezvous.address(offers[offer_id]), host_ports[spec.id][0])
+                   for offer_id, specs in placements.items() for spec in specs
+                   if spec.gang and spec.rank == 0}
         with self.store.transaction():
             for offer_id, specs in placements.items():
                 offer = offers[offer_id]
@@ -511,6 +583,8 @@ class GpuScheduler:
                     record.variant = dict(launch.variant or {})
                     if spec.ports:
                         launch = launch.placed(host_ports[spec.id], offer.get("hostname", ""))
+                    if spec.gang:
+                        launch = launch.joined(rendezvous.environment(spec, *masters[spec.gang]))
                     record.ports = [p for p in launch.host_ports if p is not None]
                     if spec.share:
                         launch = launch.on_shared_gpu(*shared[spec.id])
@@ -580,7 +654,8 @@ class GpuScheduler:
 
     def _should_retry(self, record: TaskRecord, status: Mapping[str, Any],
                       labels: Mapping[str, str]) -> bool:
-        if record.kill_requested or labels.get(taskinfo.RETRY_LABEL) == "false":
+        if record.kill_requested or not record.retries \
+                or labels.get(taskinfo.RETRY_LABEL) == "false":
             return False
         if status.get("reason") == "REASON_TASK_INVALID":
             return False
@@ -686,6 +761,9 @@ class GpuScheduler:
                      and now - r.kill_sent_at >= self.config.kill_resend_seconds]
             for record in kills:
                 record.kill_sent_at = now
+            # all of them when nothing waits: the gang held for ended or was stopped
+            expired = self._held.expire(now, all_of_them=not self._has_waiting_work())
+        self._release(expired)
         refresh = (self._suppressed and self.config.agent_refresh_seconds > 0
                    and self._subscribed.is_set()
                    and now - self.agents.last_offer() >= self.config.agent_refresh_seconds)
@@ -755,9 +833,11 @@ class GpuScheduler:
         return ready, changed
 
     def _explain_unplaced(self, unplaced: list[TaskSpec], offers: list[dict],
-                          selector: Any) -> list[TaskRecord]:
+                          selector: Any, slots: Optional[list] = None) -> list[TaskRecord]:
         """A task of an image no offered agent can run any variant of says so; so does
-        a share no offered agent has a shared GPU of that size for."""
+        a share no offered agent has a shared GPU of that size for, and a task that no
+        offer's agent qualifies for or has room for (`slots`: what is left of the
+        offers): "needs 8 GPUs on one node; the largest free block offered is 4"."""
         reasons: dict[Any, Optional[str]] = {}
         changed = []
         for spec in unplaced:
@@ -769,14 +849,19 @@ class GpuScheduler:
                 key = spec.image
                 if key not in reasons:
                     reasons[key] = selector.reason(spec.image, [offer_fields(o) for o in offers])
+            elif slots is not None:
+                key = ("fit", spec.cpus, spec.mem, spec.whole_gpus, spec.mig_profile,
+                       spec.constraints, spec.labels.get("GPU_SCHEDULING_BEHAVIOR"))
+                if key not in reasons:
+                    found = self.matcher.unplaced_reason(spec, slots)
+                    reasons[key] = found
             else:
                 continue
             reason = reasons[key]
             record = self._records[spec.id]
             if reason:
                 message = f"waiting: {reason}"
-            elif record.message.startswith(_NO_VARIANT) or record.message.startswith(
-                    _NO_SHARE):
+            elif record.message.startswith((_NO_VARIANT, _NO_SHARE) + _NO_FIT):
                 message = WAITING_FOR_OFFER         # an agent runs one now: no longer the reason
             else:
                 continue

@@ -83,6 +83,7 @@ class TaskRecord:
     attempts: int = 0
     not_before: float = 0.0
     kill_requested: bool = False
+    retries: bool = True          # a failed launch is tried again (False: its owner decides)
     kill_sent_at: float = 0.0
     app_version: str = ""
     config_version: str = ""

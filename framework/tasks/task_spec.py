@@ -98,6 +98,12 @@ class TaskSpec:
     # `gpus` MIG devices of this profile ("1g.18gb"): the agent's mig-<profile> resource,
     # or `gpus` of a node whose attribute gpu_mig_profile names it; "": whole GPUs
     mig_profile: str = ""
+    # A member of a gang (framework/tasks/rendezvous.py): `gang` names it, `gang_size`
+    # tasks are placed and launched all together or not at all; `rank` is this one's
+    # place in it (0: the one whose host and first port are the rendezvous)
+    gang: str = ""
+    gang_size: int = 0
+    rank: int = 0
 
     def __post_init__(self) -> None:
         self._set("id", _check_id(self.id, "id"))
@@ -126,6 +132,7 @@ class TaskSpec:
             if not isinstance(getattr(self, name), bool):
                 raise TaskSpecError(f"{name}: must be true or false, got {getattr(self, name)!r}")
         self._set("mig_profile", _check_mig_profile(self.mig_profile, self.gpus))
+        _check_gang(self.gang, self.gang_size, self.rank, self.ports)
         if self.kill_grace is not None:
             self._set("kill_grace", _check_amount(self.kill_grace, "kill_grace"))
         if self.shared_gpu is not None and (not self.share or isinstance(self.shared_gpu, bool)
@@ -178,6 +185,13 @@ class TaskSpec:
         placed.__dict__.update(self.__dict__, host_ports=assigned, env=env)
         return placed
 
+    def joined(self, env: Mapping[str, str]) -> "TaskSpec":
+        """This gang member with its rendezvous (framework/tasks/rendezvous.py); the
+        task's own environment wins, as with the port variables."""
+        joined = object.__new__(TaskSpec)
+        joined.__dict__.update(self.__dict__, env={**env, **self.env})
+        return joined
+
     def on_shared_gpu(self, index: int, slots: int) -> "TaskSpec":
         """This task placed on the shared GPU of NVML index `index`, taking `slots` of
         the offer's gpu_shares_<index> resource."""
@@ -220,8 +234,9 @@ class TaskSpec:
 _COMPOUND = ("ports", "fetch", "volumes")
 _PLAIN_DEFAULTS = {"host_ports": [], "network": HOST, "health_check": None,
                    "docker_parameters": [], "privileged": False, "user": None,
-                   "force_pull": False, "pull_credential": None, "kill_grace": None, "shared_gpu": None,
-                   "share_slots": 0, "mig_profile": ""}
+                   "force_pull": False, "pull_credential": None, "kill_grace": None,
+                   "shared_gpu": None, "share_slots": 0, "mig_profile": "", "gang": "",
+                   "gang_size": 0, "rank": 0}
 
 
 def _check_mig_profile(value: Any, gpus: int) -> str:
@@ -233,6 +248,23 @@ def _check_mig_profile(value: Any, gpus: int) -> str:
         raise TaskSpecError(f"mig_profile: {profile} asks for MIG devices, but gpus is 0 "
                             "(gpus is how many)")
     return profile
+
+
+def _check_gang(gang: Any, size: Any, rank: Any, ports: tuple) -> None:
+    if not isinstance(gang, str):
+        raise TaskSpecError(f"gang: must be a string, got {gang!r}")
+    for name, value in (("gang_size", size), ("rank", rank)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise TaskSpecError(f"{name}: must be a whole number 0 or more, got {value!r}")
+    if not gang:
+        if size or rank:
+            raise TaskSpecError("gang_size, rank: only for a member of a gang (gang names it)")
+        return
+    if size < 1 or rank >= size:
+        raise TaskSpecError(f"rank: {rank} is not a rank of a gang of {size} (0..{size - 1})")
+    if not ports or ports[0].host_port != 0:
+        raise TaskSpecError("ports: a gang member asks for a host port first (rank 0's is "
+                            "the rendezvous port, MASTER_PORT)")
 
 
 def check_gpus(value: Any, name: str = "gpus") -> float:

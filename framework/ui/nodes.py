@@ -7,7 +7,7 @@ is invented (a free GPU no task reported has no UUID, and says so). The JSON it
 answers: ARCHITECTURE.md, "GET /v1/nodes".
 """
 import json
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from framework.scheduling.agent_inventory import AgentInventory, AgentSeen
 from framework.tasks.constraints import REGION_FIELD, ZONE_FIELD
@@ -46,21 +46,25 @@ def _split(text: Optional[str]) -> List[str]:
 
 class NodesView:
     def __init__(self, group_manager: GroupManager, inventory: Optional[AgentInventory],
-                 gpu_details: Optional[GpuDetails] = None) -> None:
+                 gpu_details: Optional[GpuDetails] = None,
+                 other_tasks: Optional[Callable[[], List[TaskRecord]]] = None) -> None:
         self.group_manager = group_manager
         self.inventory = inventory or AgentInventory()
         self.gpu_details = gpu_details
+        self.other_tasks = other_tasks      # tasks not of apps: jobs' (framework/jobs)
         self._kept: Tuple[Any, bytes] = ((), b"")
 
     def body(self) -> bytes:
         """The answer as JSON bytes, built again only when something changed."""
         details = self.gpu_details() if self.gpu_details else {}
+        others = [t for t in self.other_tasks() if t.launched] if self.other_tasks else []
         with self.group_manager.lock:
             key = (self.group_manager.generation, self.inventory.generation,
-                   json.dumps(details, sort_keys=True) if details else "")
+                   json.dumps(details, sort_keys=True) if details else "",
+                   tuple((t.id, t.state, tuple(t.gpus), t.agent_id) for t in others))
             if self._kept[0] == key:
                 return self._kept[1]
-            tasks = [t for t in self.group_manager.tasks.values() if t.launched]
+            tasks = [t for t in self.group_manager.tasks.values() if t.launched] + others
         body = json.dumps(self.build(self.inventory.agents(), tasks, details),
                           separators=(",", ":")).encode()
         self._kept = (key, body)

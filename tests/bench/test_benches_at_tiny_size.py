@@ -39,6 +39,19 @@ TINY = {
          rf"^flood \(never reads\) +\d+ +{NUM} +-?{NUM}$",
          r"another client served during the flood: yes",
          rf"ratio flood/polite growth \(\+1 MiB each\) {NUM}x"]),
+    "gang_launch.py": (
+        ["--nodes", "2", "--gpus", "2", "--rounds", "1"],
+        [r"^  round 0: gang of 2 x 2 GPUs all running in [0-9.]+ s on 1 node\(s\)$",
+         r"^  round 0: 4 independent one-GPU tasks all running in [0-9.]+ s$",
+         rf"^submit to all running, median s +{NUM} +{NUM} +{NUM}x$",
+         r"^left behind: nothing$"]),
+    "gang_placement.py": (
+        ["--agents", "10", "--gangs", "12", "--losses", "1"],
+        [r"^gang placement: 10 agents x 8 GPUs, 12 gangs",
+         rf"^useful GPU utilisation +{NUM} +{NUM} +(?:{NUM}x|-)$",
+         rf"^time to start p99 \(rounds\) +{NUM} +{NUM} +(?:{NUM}x|-)$",
+         r"^partly placed over 30 rounds +0 +\d+ +-$",          # ours: never beyond the bound
+         r"^deadlocked at the end +0 +\d+ +-$"]),
     "gpu_metrics.py": (
         ["--scrapes", "5", "--idle", "1", "--events", "2"],
         [rf"/metrics over TCP +{NUM} ms CPU per scrape, wall p50 {NUM} ms",

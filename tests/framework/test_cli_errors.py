@@ -55,7 +55,7 @@ def test_demo_stopped_by_sigterm_shuts_everything_down(mesos_prefix):
     try:
         for line in proc.stdout:                 # until the apps are submitted
             out.append(line)
-            if line.startswith("submitted /cognitive/mesos/training"):
+            if "submitted job cognitive.training" in line:     # the training job
                 break
         children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
                                   text=True).stdout.split()

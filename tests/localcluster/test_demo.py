@@ -15,8 +15,18 @@ def check_demo_output(out: str) -> None:
     assert "SIMULATING a Tesla K80 board (2 GPUs)" in out
     assert "--resources=cpus:2;mem:2048;disk:1000;gpus:2" in out
     assert "gpu_type:tesla_k80" in out
-    running = re.findall(r"TASK_RUNNING on demo-gpu-node .*GPUs: (GPU-\S+)", out)
+    running = re.findall(r"TASK_RUNNING on demo-gpu-node.*GPUs: (GPU-[^\s,]+)", out)
     assert len(set(running)) == 2, out            # Docker and unified task, two GPUs
+    # the training job ran once, then as a gang that waited for the app's GPU, said why,
+    # started whole on both GPUs and met through its rendezvous
+    assert re.search(r"run \S+: SUCCESS \(every task finished; attempt 1\)", out), out
+    assert "gang of 2 (1 GPU(s) each): the offers place 1 of 2" in out, out
+    gang = out.split("[demo 10/10")[1]
+    ranks = re.findall(r"\(rank (\d)\) TASK_RUNNING on demo-gpu-node, GPUs: (GPU-\S+)", gang)
+    assert sorted(r for r, _ in ranks) == ["0", "1"] and len({g for _, g in ranks}) == 2, out
+    assert re.search(r"rank 1: glyphnet train: rendezvous: rank 1 of 2 met at 127\.0\.0\.1:\d+",
+                     gang), out
+    assert len(re.findall(r"run \S+: SUCCESS", out)) == 2, out
     granted = int(re.search(r"granted GPU minor\(s\) \[(\d)\]", out).group(1))
     other = 1 - granted
     assert re.search(rf"/dev/nvidia{granted}\s+c 195:{granted}\s+open -> ENXIO\s+allowed", out), out

@@ -23,6 +23,7 @@ class ApiContext:
     metrics: Metrics
     gpu_health: Any = None            # framework.gpus.gpu_health.GpuHealthView (GET /v2/nodes)
     gpu_sharing: Any = None           # () -> dict: GET /v2/info/gpu_sharing (fractional GPUs)
+    offer_summary: Any = None         # app id -> processedOffersSummary (the scheduler's)
 
     @classmethod
     def build(cls, group_manager: GroupManager, policy: DockerPolicy, info: Callable[[], dict],

@@ -7,6 +7,7 @@ from framework.marathon.api.context import ApiContext
 from framework.http.json_reader import parse_body
 from framework.http.routing import Request, Response, Router
 from framework.http.validation import ApiError
+from framework.tasks.timestamps import format_timestamp
 
 
 def register(router: Router, api: ApiContext) -> None:
@@ -68,6 +69,12 @@ class TasksResource:
             for app, count, backoff in queued:
                 left = max(0.0, backoff.until - now)
                 summary = {"processedOffersCount": 0, "unusedOffersCount": 0}
+                seen = self.api.offer_summary(app["id"]) if self.api.offer_summary else None
+                if seen:            # Marathon's counts and reasons, as the scheduler saw them
+                    summary.update({k: v for k, v in seen.items()
+                                    if not k.startswith("last")})
+                    summary.update({k: format_timestamp(v) for k, v in seen.items()
+                                    if k.startswith("last") and v is not None})
                 reason = self.group_manager.waiting_reason(app["id"])
                 if reason:      # inside the summary: strict clients build objects from the item
                     summary["waitingReason"] = reason

@@ -95,7 +95,9 @@ def test_task_waits_for_a_matching_agent_and_runs_on_it_when_it_appears(
     wait_offers(scheduler, "agent-p100")
     time.sleep(1.5)                       # offers came and went: still waiting
     record = scheduler.task("needs-v100")
-    assert (record.state, record.message) == ("PENDING", WAITING)
+    assert (record.state, record.message) == (
+        "PENDING", "waiting: no offered agent (1 offered) qualifies for "
+                   "gpu_type:LIKE:tesla_(k80|v100)")
     with gpu_agent(master, fake_nvml.v100x8(), "agent-v100") as v100:
         record = wait_for(scheduler, "needs-v100", {"TASK_FINISHED", "TASK_FAILED"})
         assert record.state == "TASK_FINISHED", record

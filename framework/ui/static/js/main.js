@@ -1,5 +1,5 @@
 // The page: sign-in when the API asks for it, the section named by the URL's
-// hash (#/nodes, #/apps, #/apps/<app id>, #/create, #/edit/<app id>), and the
+// hash (#/nodes, #/apps, #/apps/<app id>, #/jobs, #/create, #/edit/<app id>), and the
 // live stream that makes the shown section read its data again when something
 // it shows changed (or when the stream comes back after a loss: events were missed).
 
@@ -13,6 +13,7 @@
   const { showLogin } = ui.login;
   const nodes = ui.nodes;
   const apps = ui.apps;
+  const jobs = ui.jobs;
   const appPage = ui.appPage;
   const createPage = ui.create;
 
@@ -36,6 +37,7 @@
     const hash = decodeURIComponent(location.hash.replace(/^#/, "")) || "/nodes";
     if (hash === "/nodes" || hash === "/") return ["nodes", "Nodes", () => nodes.create(main)];
     if (hash === "/apps") return ["apps", "Apps", () => apps.create(main)];
+    if (hash === "/jobs") return ["jobs", "Jobs", () => jobs.create(main)];
     if (hash.startsWith("/apps/")) {
       const appId = hash.slice("/apps".length);
       return ["apps", appId, () => appPage.create(main, { appId })];

@@ -1,0 +1,1 @@
+"""What runs jobs: runs and their restart policy, gangs, schedules."""
