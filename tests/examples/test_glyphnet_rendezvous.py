@@ -7,7 +7,7 @@ import sys
 
 import numpy as np
 
-from tests.examples.conftest import workload_env
+from tests.bed.glyphnet import workload_env
 
 
 def free_port() -> int:
