@@ -15,7 +15,7 @@ from typing import Dict, Optional, Tuple
 
 from framework.tasks.fetch_uri import FetchUri
 from framework.images import pull_config
-from framework.marathon.state import health_checks
+from framework.marathon.state import docker_credential, health_checks
 from framework.marathon.state import path_ids as ids
 from framework.tasks.ports import PortRequest
 from framework.tasks.task_spec import BRIDGE, DOCKER, HOST, MESOS, TaskSpec, Volume
@@ -73,8 +73,11 @@ def network_of(app: dict) -> str:
 
 
 def _pull_credential(app: dict, docker: dict, pull_config_dir: Optional[str]):
-    """The credential of the app's pullConfig secret for its image (read now: the
-    operator may have changed the file since the app was stored)."""
+    """The app's docker credential, or the credential of its pullConfig secret for
+    its image (read now: the operator may have changed the file since the app was
+    stored)."""
+    if docker.get("credential"):
+        return docker_credential.pull_credential(docker)
     secret = (docker.get("pullConfig") or {}).get("secret")
     if secret is None or not docker.get("image"):
         return None
