@@ -142,3 +142,74 @@ def test_a_group_sent_again_keeps_its_apps_secrets():
     v = Violations()
     groups.read_update({"id": "/", "apps": [shown]}, "/", v, ALLOWED)
     assert "/apps(0)/container/docker/credential/secret" in v.details, v.details
+
+
+def test_an_app_on_the_bed_pulls_its_image_with_its_docker_credential(
+        docker_engine, mesos_prefix, tmp_path, caplog):
+    """Through the API onto a real agent, from a registry that asks for a user: the
+    app's credential opens it; no API answer, event or log line shows the secret; the
+    app read back and sent again (changed, so its task is made again, pulling again)
+    keeps it."""
+    import logging
+    import secrets as random
+    from pathlib import Path
+    from localcluster.registry import Registry
+    from tests.bed.waiting import wait_until
+    from tests.framework.marathon.app_bed import EventTap, bed
+    caplog.set_level(logging.DEBUG)
+    secret = "docker-credential-" + random.token_hex(8)
+    with Registry(htpasswd={"robot": secret}) as registry:
+        registry.push_auth = ("robot", secret)
+        registry.push_image("team/app", "1", files={"hello.txt": b"pulled with credential\n"})
+        with bed(docker_engine, tmp_path / "state", "--allow_docker_credential") as b:
+            tap = EventTap(b.service)
+            try:
+                b.create({"id": "/pulled", "cmd": "cat /hello.txt; sleep 100", "cpus": 0.1,
+                          "mem": 32, "container": {"type": "MESOS", "docker": {
+                              "image": registry.reference("team/app", "1"),
+                              "forcePullImage": True,
+                              "credential": {"principal": "robot", "secret": secret}}}})
+                first = b.running("/pulled")[0]
+                wait_until(lambda: "pulled with credential" in (
+                    b.sandbox(first["id"]) / "stdout").read_text(errors="replace"),
+                    timeout=30, interval=0.2)
+                shown = b.api.get("/v2/apps/pulled").json["app"]
+                assert shown["container"]["docker"]["credential"] == {"principal": "robot"}
+                status = ("tasks", "tasksStaged", "tasksRunning", "tasksHealthy",
+                          "tasksUnhealthy", "deployments", "readinessCheckResults",
+                          "lastTaskFailure", "version", "versionInfo")
+                body = {k: v for k, v in shown.items() if k not in status}
+                body["cmd"] = "cat /hello.txt; echo again; sleep 100"
+                reply = b.api.put("/v2/apps/pulled", body)
+                assert reply.status == 200, reply.json
+                wait_until(lambda: [t for t in b.tasks("/pulled") if t["id"] != first["id"]
+                                    and t["state"] == "TASK_RUNNING"], timeout=120, interval=0.5)
+                second = [t for t in b.tasks("/pulled") if t["id"] != first["id"]][0]
+                wait_until(lambda: "again" in (b.sandbox(second["id"]) / "stdout").read_text(
+                    errors="replace"), timeout=30, interval=0.2)
+                versions = b.api.get("/v2/apps/pulled/versions").json["versions"]
+                answers = [b.api.get(path).json for path in (
+                    "/v2/apps", "/v2/apps/pulled?embed=app.tasks", "/v2/groups?embed=group.apps",
+                    "/v2/groups/?embed=group.apps&embed=group.apps.tasks", "/v2/queue",
+                    "/v2/deployments", "/v2/tasks", "/v2/apps/pulled/versions",
+                    *(f"/v2/apps/pulled/versions/{v}" for v in versions))]
+                assert all(a is not None for a in answers)
+                assert secret not in json.dumps(answers)
+                assert len(versions) == 2
+                assert tap.of("api_post_event") and secret not in json.dumps(tap.events)
+                renamed = dict(body, container=dict(body["container"], docker=dict(
+                    body["container"]["docker"], credential={"principal": "someone"})))
+                reply = b.api.put("/v2/apps/pulled", renamed)
+                assert reply.status == 422, reply.json
+                assert "/container/docker/credential/secret" in json.dumps(reply.json)
+                for path in Path(b.agent.run_dir).rglob("*"):     # nor the agent's files
+                    try:
+                        if path.is_file() and not path.is_symlink() and \
+                                path.stat().st_size < 20 * 2**20:
+                            assert secret.encode() not in path.read_bytes(), path
+                    except FileNotFoundError:
+                        continue
+                b.delete("/pulled")
+            finally:
+                tap.close()
+    assert caplog.records and secret not in caplog.text
