@@ -12,6 +12,7 @@ principal is unchanged (`check`, given the stored app).
 """
 from typing import Any, Optional
 
+from common.errors import UserError
 from framework.http.security import DockerPolicy
 from framework.http.validation import Violations
 from framework.tasks.container_options import PullCredential
@@ -80,9 +81,14 @@ def masked(app: dict) -> dict:
     return dict(app, container=dict(container, docker=dict(docker, credential=shown)))
 
 
-def pull_credential(docker: dict) -> Optional[PullCredential]:
-    """What the task's image is pulled with (None: the app has no credential)."""
+def pull_credential(docker: dict, allowed: bool) -> Optional[PullCredential]:
+    """What the task's image is pulled with (None: the app has no credential);
+    UserError when the operator no longer allows it (the app was stored with the
+    flag, the framework restarted without it)."""
     credential = docker.get("credential")
     if not credential:
         return None
+    if not allowed:
+        raise UserError(f"its container.docker.credential is no longer allowed: the "
+                        f"framework runs without {FLAG}")
     return PullCredential(credential["principal"], credential["secret"])

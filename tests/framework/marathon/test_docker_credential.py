@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from common.errors import UserError
 from framework.http.events import EventBus
 from framework.http.security import DockerPolicy
 from framework.http.validation import Violations
@@ -42,9 +43,13 @@ def test_without_the_flag_the_credential_is_refused_naming_the_field_and_the_fla
 def test_an_allowed_credential_pulls_the_tasks_image_and_is_never_shown():
     app, errors = read(app_with({"principal": "robot", "secret": SECRET}))
     assert not errors, errors
-    spec = task_builder.task_spec(dict(app, version="2026-01-01T00:00:00.000Z"), "a.1")
+    versioned = dict(app, version="2026-01-01T00:00:00.000Z")
+    spec = task_builder.task_spec(versioned, "a.1", allow_docker_credential=True)
     assert (spec.pull_credential.principal, spec.pull_credential.secret) == ("robot", SECRET)
     assert SECRET not in repr(spec)
+    with pytest.raises(UserError, match="--allow_docker_credential") as refused:
+        task_builder.task_spec(versioned, "a.2")     # stored, then the flag was taken away
+    assert SECRET not in str(refused.value)
     shown = app_model.to_json(app)
     assert shown["container"]["docker"]["credential"] == {"principal": "robot"}
     assert SECRET not in json.dumps(shown)
