@@ -61,6 +61,8 @@ class DockerPolicy:
     allowed: FrozenSet[str] = field(default_factory=frozenset)
     # --pull_config_dir: where the files of apps' pullConfig secrets are (None: refused)
     pull_config_dir: Optional[str] = None
+    # --allow_docker_credential: apps may write container.docker.credential
+    allow_docker_credential: bool = False
 
     @classmethod
     def from_names(cls, names: Optional[Iterable[str]]) -> "DockerPolicy":

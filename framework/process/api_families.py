@@ -87,7 +87,8 @@ def _marathon(process: Process) -> Tuple[MarathonApi, Marathon]:
     readiness = ReadinessMonitor(group_manager)
     keeper = InstanceKeeper(group_manager, process.scheduler, process.leadership.is_leader,
                             default_user=process.args.mesos_user,
-                            pull_config_dir=process.args.pull_config_dir)
+                            pull_config_dir=process.args.pull_config_dir,
+                            allow_docker_credential=process.args.allow_docker_credential)
     marathon = Marathon(group_manager, keeper, task_health, readiness)
     api = MarathonApi(ApiContext.build(group_manager, process.policy, process.info,
                                        process.leadership, process.metrics))

@@ -101,6 +101,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the directory of the Docker config files apps name as their "
                         "container.docker.pullConfig secret's source (registry credentials "
                         "kept by the operator, never in the API). Default: pullConfig refused")
+    p.add_argument("--allow_docker_credential", action="store_true",
+                   help="let apps give container.docker.credential (a registry principal and "
+                        "secret their image is pulled with, kept in the state store; the API, "
+                        "events and logs show the principal only). Default: refused")
     p.add_argument("--max_body_bytes", type=int, default=DEFAULT_MAX_BODY_BYTES, metavar="N",
                    help=f"largest request body accepted (default {DEFAULT_MAX_BODY_BYTES}; "
                         "larger: 413)")
@@ -218,7 +222,8 @@ class FrameworkProcess:
         elif args.state_dir is None:
             args.state_dir = DEFAULT_STATE_DIR
         self.policy = dataclasses.replace(DockerPolicy.from_names(args.allow_docker_parameters),
-                                          pull_config_dir=args.pull_config_dir)
+                                          pull_config_dir=args.pull_config_dir,
+                                          allow_docker_credential=args.allow_docker_credential)
         self._factory = scheduler_factory or default_scheduler_factory
         self.ha: Optional[HighAvailability] = None
         self.relay: Optional[EventRelay] = None

@@ -53,7 +53,7 @@ class AppsResource:
         if existing is not None and partial:
             raw = app_model.merge_update(existing, raw)
         inner = Violations()
-        app = app_model.read_app(raw, inner, self.api.policy, app_id)
+        app = app_model.read_app(raw, inner, self.api.policy, app_id, existing)
         v.merge(inner, where)
         return app
 

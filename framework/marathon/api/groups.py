@@ -40,7 +40,8 @@ class GroupsResource:
 
     def _read(self, r: Request, base: str) -> groups.Update:
         v = Violations()
-        update = groups.read_update(parse_body(r.body), base, v, self.api.policy)
+        update = groups.read_update(parse_body(r.body), base, v, self.api.policy,
+                                    stored=self.group_manager.apps)
         v.raise_if_any()
         return update
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from collections import deque
 from typing import Callable, Deque, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
-from framework.marathon.state import app_model
+from framework.marathon.state import app_model, docker_credential
 from framework.marathon.core import deployments
 from framework.marathon.state import groups
 from framework.marathon.state import health_checks
@@ -315,7 +315,7 @@ class GroupManager:
         removed, the new deployment."""
         for app in posted:
             self.events.publish("api_post_event", clientIp="", uri=f"/v2/apps{app['id']}",
-                                appDefinition=app)
+                                appDefinition=docker_credential.masked(app))
         for app_id, app in apps.items():
             health_checks.publish_changes(self.events, app_id, original.get(app_id), app)
         shown = deployments.to_json(plan)

@@ -38,10 +38,12 @@ class InstanceKeeper:
     def __init__(self, group_manager: GroupManager, scheduler: Any,
                  leading: Callable[[], bool] = lambda: True,
                  default_user: Optional[str] = None,
-                 pull_config_dir: Optional[str] = None) -> None:
+                 pull_config_dir: Optional[str] = None,
+                 allow_docker_credential: bool = False) -> None:
         self.group_manager = group_manager
         self.default_user = default_user    # --mesos_user: tasks without an image
         self.pull_config_dir = pull_config_dir    # --pull_config_dir: pullConfig secrets
+        self.allow_docker_credential = allow_docker_credential   # --allow_docker_credential
         self.scheduler = scheduler
         self.leading = leading          # only the leading instance launches and kills
         self._updates: "queue.Queue[TaskRecord]" = queue.Queue()
@@ -283,7 +285,8 @@ class InstanceKeeper:
         r = self.group_manager
         task_id = task_builder.new_task_id(app["id"])
         try:
-            spec = task_builder.task_spec(app, task_id, self.default_user, self.pull_config_dir)
+            spec = task_builder.task_spec(app, task_id, self.default_user, self.pull_config_dir,
+                                          self.allow_docker_credential)
         except UserError as e:
             log.error("app %s cannot be launched: %s", app["id"], e)
             r.last_failure[app["id"]] = {

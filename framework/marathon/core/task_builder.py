@@ -15,7 +15,7 @@ from typing import Dict, Optional, Tuple
 
 from framework.tasks.fetch_uri import FetchUri
 from framework.images import pull_config
-from framework.marathon.state import health_checks
+from framework.marathon.state import docker_credential, health_checks
 from framework.marathon.state import path_ids as ids
 from framework.tasks.ports import PortRequest
 from framework.tasks.task_spec import BRIDGE, DOCKER, HOST, MESOS, TaskSpec, Volume
@@ -72,9 +72,13 @@ def network_of(app: dict) -> str:
     return BRIDGE if "container/bridge" in modes else HOST
 
 
-def _pull_credential(app: dict, docker: dict, pull_config_dir: Optional[str]):
-    """The credential of the app's pullConfig secret for its image (read now: the
-    operator may have changed the file since the app was stored)."""
+def _pull_credential(app: dict, docker: dict, pull_config_dir: Optional[str],
+                     allow_docker_credential: bool):
+    """The app's docker credential, or the credential of its pullConfig secret for
+    its image (read now: the operator may have changed the file since the app was
+    stored)."""
+    if docker.get("credential"):
+        return docker_credential.pull_credential(docker, allow_docker_credential)
     secret = (docker.get("pullConfig") or {}).get("secret")
     if secret is None or not docker.get("image"):
         return None
@@ -83,7 +87,8 @@ def _pull_credential(app: dict, docker: dict, pull_config_dir: Optional[str]):
 
 
 def task_spec(app: dict, task_id: str, default_user: Optional[str] = None,
-              pull_config_dir: Optional[str] = None) -> TaskSpec:
+              pull_config_dir: Optional[str] = None,
+              allow_docker_credential: bool = False) -> TaskSpec:
     """The TaskSpec for one instance of `app` (canonical form, with its version).
     `default_user` (--mesos_user) runs a task without an image whose app names no
     user: such a task is on the host's own file system, where root reads all; a
@@ -119,6 +124,6 @@ def task_spec(app: dict, task_id: str, default_user: Optional[str] = None,
         privileged=bool(docker.get("privileged")) and kind == DOCKER,
         user=app.get("user") or (None if docker.get("image") else default_user),
         force_pull=bool(docker.get("forcePullImage")),
-        pull_credential=_pull_credential(app, docker, pull_config_dir),
+        pull_credential=_pull_credential(app, docker, pull_config_dir, allow_docker_credential),
         kill_grace=float(grace) if grace is not None else None,
     )

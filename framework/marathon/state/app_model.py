@@ -19,7 +19,8 @@ from framework.tasks.container_options import reserved_parameter
 from framework.tasks.fetch_uri import extractable
 from framework.marathon.state import health_checks
 from framework.marathon.state import path_ids as ids
-from framework.marathon.state import app_secrets, readiness_checks, upgrade_strategy
+from framework.marathon.state import app_secrets, docker_credential, readiness_checks
+from framework.marathon.state import upgrade_strategy
 from framework.http.json_reader import Reader, child
 from framework.http.security import DockerPolicy, refusal
 from framework.http.validation import Violations
@@ -57,18 +58,15 @@ NOT_SUPPORTED_CONTAINER = {
     "linuxInfo": "container.linuxInfo (seccomp, IPC, shared memory) is not supported by this "
                  "framework",
 }
-NOT_SUPPORTED_DOCKER = {
-    "credential": "container.docker.credential is not supported: it keeps a registry secret "
-                  "in the app definition, which the API shows; use container.docker.pullConfig "
-                  "(a secret in a file under the operator's --pull_config_dir)",
-}
 COMMAND_EXECUTORS = ("", "//cmd")
 PORT_PROTOCOLS = ("tcp", "udp", "udp,tcp")
 
 
-def read_app(raw: Any, v: Violations, policy: DockerPolicy, app_id: Optional[str] = None) -> Optional[dict]:
+def read_app(raw: Any, v: Violations, policy: DockerPolicy, app_id: Optional[str] = None,
+             stored: Optional[dict] = None) -> Optional[dict]:
     """A whole app definition in canonical form (None when `v` has errors).
-    `app_id`, when given, is the id from the URL and wins over the body's."""
+    `app_id`, when given, is the id from the URL and wins over the body's; `stored`,
+    the app it replaces (its docker credential's secret is kept when not sent)."""
     r = Reader(v)
     body = r.obj(raw, "/")
     if body is None:
@@ -97,6 +95,7 @@ def read_app(raw: Any, v: Violations, policy: DockerPolicy, app_id: Optional[str
         if value not in (None, [], {}, False):
             v.rule(f"/{name}", reason)
     _check_rules(app, v, policy)      # on what could be read: every problem in one answer
+    docker_credential.check(app, v, policy, stored)
     return None if v else app
 
 
@@ -282,9 +281,6 @@ def _read_docker(r: Reader, value: Any, path: str) -> Optional[dict]:
     table = r.obj(value, path)
     if table is None:
         return None
-    for name, reason in NOT_SUPPORTED_DOCKER.items():
-        if table.get(name) not in (None, {}, []):
-            r.v.rule(child(path, name), reason)
     docker = {
         "image": r.optional(table, "image", path, r.string),
         "forcePullImage": r.optional(table, "forcePullImage", path, r.boolean, False),
@@ -292,6 +288,8 @@ def _read_docker(r: Reader, value: Any, path: str) -> Optional[dict]:
         "parameters": r.optional(table, "parameters", path,
                                  lambda x, p: r.array(x, p, lambda kv, q: _read_parameter(r, kv, q)), []),
     }
+    if table.get("credential") not in (None, {}):     # checked in read_app: docker_credential.check
+        docker["credential"] = docker_credential.read(table["credential"])
     pull = r.optional(table, "pullConfig", path, r.obj)
     if pull is not None:
         secret = r.string(pull.get("secret"), child(child(path, "pullConfig"), "secret"))
@@ -584,7 +582,8 @@ _ORDER = ("id", "cmd", "args", "user", "env", "instances", "cpus", "mem", "disk"
 def to_json(app: dict) -> dict:
     """The app as Marathon writes it (no status fields): unset optional fields left out,
     `fetch` and `healthChecks` always present as older Marathons wrote them,
-    `readinessChecks` when the app has any."""
+    `readinessChecks` when the app has any; a docker credential without its secret."""
+    app = docker_credential.masked(app)
     out = {key: app[key] for key in _ORDER if app.get(key) is not None}
     if "args" in out and not out["args"]:
         del out["args"]

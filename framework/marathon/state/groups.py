@@ -8,7 +8,7 @@ ARCHITECTURE.md, "Groups".
 """
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
 from framework.marathon.state import app_model
 from framework.marathon.state import path_ids as ids
@@ -84,8 +84,9 @@ class Update:
 
 
 def read_update(raw: Any, base: str, v: Violations, policy: DockerPolicy,
-                path: str = "/") -> Optional[Update]:
-    """The body for the group at `base` (its `id`, if any, is relative to it)."""
+                path: str = "/", stored: Optional[Mapping[str, dict]] = None) -> Optional[Update]:
+    """The body for the group at `base` (its `id`, if any, is relative to it);
+    `stored`: the apps by id, whose docker credential secrets are kept when not sent."""
     r = Reader(v)
     body = r.obj(raw, path)
     if body is None:
@@ -127,7 +128,7 @@ def read_update(raw: Any, base: str, v: Violations, policy: DockerPolicy,
             update.apps = []
             for i, raw_app in enumerate(apps):
                 where = index(child(path, "apps"), i)
-                app = _read_app(raw_app, group_id, where, v, policy)
+                app = _read_app(raw_app, group_id, where, v, policy, stored or {})
                 if app is not None:
                     update.apps.append(app)
     groups = body.get("groups")
@@ -141,7 +142,7 @@ def read_update(raw: Any, base: str, v: Violations, policy: DockerPolicy,
                 if isinstance(raw_group, dict) and raw_group.get("id") is None:
                     v.type_error(child(where, "id"), "error.path.missing")
                     continue
-                sub = read_update(raw_group, group_id, v, policy, where)
+                sub = read_update(raw_group, group_id, v, policy, where, stored)
                 if sub is None:
                     continue
                 if parent(sub.id) != group_id:
@@ -152,7 +153,7 @@ def read_update(raw: Any, base: str, v: Violations, policy: DockerPolicy,
 
 
 def _read_app(raw: Any, group_id: str, where: str, v: Violations,
-              policy: DockerPolicy) -> Optional[dict]:
+              policy: DockerPolicy, stored: Mapping[str, dict]) -> Optional[dict]:
     """One app of a group body: its id is relative to the group and must be
     a direct child of it."""
     inner = Violations()
@@ -160,7 +161,7 @@ def _read_app(raw: Any, group_id: str, where: str, v: Violations,
     if isinstance(raw, dict) and isinstance(raw.get("id"), str) and raw["id"].strip("/"):
         if not ids.errors(raw["id"]):
             app_id = ids.canonical(raw["id"], group_id)
-    app = app_model.read_app(raw, inner, policy, app_id)
+    app = app_model.read_app(raw, inner, policy, app_id, stored.get(app_id or ""))
     v.merge(inner, where)
     if app is not None and parent(app["id"]) != group_id:
         v.rule(child(where, "id"), f"Identifier is not child of '{group_id}'")

@@ -144,7 +144,7 @@ def test_bridge_port_mappings_get_host_port_0_and_travel_as_port_requests():
      "/container/docker/pullConfig/secret", "references an undefined secret 's'"),
     ({"container": {"type": "DOCKER", "docker": {"image": "x", "credential": {
         "principal": "u", "secret": "p"}}}}, "/container/docker/credential",
-     "use container.docker.pullConfig"),
+     "--allow_docker_credential"),
     ({"container": {"type": "DOCKER", "docker": {"image": "x", "parameters": [
         {"key": "name", "value": "mine"}]}}}, "/container/docker/parameters(0)", "set by"),
     ({"container": {"type": "DOCKER", "docker": {"image": "x", "parameters": [
