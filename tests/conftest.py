@@ -49,6 +49,7 @@ Offers as a framework sees them: `tests.bed.v1_scheduler.SchedulerStream` /
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Union
 
@@ -60,6 +61,22 @@ from localcluster.zookeeper import ZooKeeper
 from localcluster.paths import LocalClusterError
 
 NVML_VARS = ("FAKE_NVML_CONFIG", "MESOS_GPU_NVML_LIBRARY", "FAKE_NVML_INIT_ERROR")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def host_dev_left_as_found() -> Iterator[None]:
+    """NVIDIA's real user-space programs, run as root on this host without the kernel
+    driver, make the device nodes they miss in the host's /dev (/dev/nvidiactl): the
+    tests run them without CAP_MKNOD; should one slip through, what it made is removed
+    at the end of the session and named in a warning."""
+    before = set(Path("/dev").glob("nvidia*"))
+    yield
+    made = sorted(set(Path("/dev").glob("nvidia*")) - before)
+    for node in made:
+        node.unlink(missing_ok=True)
+    if made:
+        warnings.warn(f"tests made {', '.join(map(str, made))} in the host's /dev "
+                      f"(removed): run what made it under localcluster.device_nodes.NO_MKNOD")
 
 
 @pytest.fixture(scope="session")
