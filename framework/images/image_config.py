@@ -7,13 +7,12 @@ An index (OCI image index, Docker manifest list) resolves to its first
 linux/amd64 entry, the one the Docker engine pulls on this platform; the
 entry's manifest and config are checked as `image_index` checks them.
 """
-import json
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Tuple
 
 from framework.images import image_index
 from framework.images.image_index import InvalidImage
-from framework.images.image_ref import DIGEST, ImageRef
+from framework.images.image_ref import ImageRef
 from framework.images.registry_client import MANIFEST_TYPES, RegistryClient
 from volumes import image_rules
 
@@ -55,16 +54,7 @@ def read(client: RegistryClient, ref: ImageRef) -> RemoteImage:
         doc = client.manifest(ref, entry.digest, MANIFEST_TYPES)
         data = image_index._load(doc, what)
     layers = tuple(_layer(item, what) for item in data.get("layers") or [])
-    descriptor = data.get("config")
-    if not isinstance(descriptor, dict) or not isinstance(descriptor.get("digest"), str) \
-            or not DIGEST.fullmatch(descriptor["digest"]):
-        raise InvalidImage(f"{what}: the manifest has no valid config descriptor")
-    try:
-        config = json.loads(client.blob(ref, descriptor["digest"]))
-    except ValueError as e:
-        raise InvalidImage(f"{what}: its config is not JSON ({e})") from None
-    if not isinstance(config, dict):
-        raise InvalidImage(f"{what}: its config is not a JSON object")
+    config_digest, config = image_index.fetch_config(client, ref, data, what)
     inner = config.get("config") or {}
     labels = inner.get("Labels") or {}
     if not isinstance(labels, dict):
@@ -73,7 +63,7 @@ def read(client: RegistryClient, ref: ImageRef) -> RemoteImage:
     cuda = labels.get(image_rules.LABEL_CUDA)
     if cuda is not None:
         image_rules.parse_cuda_version(cuda, f"image {what}: label {image_rules.LABEL_CUDA}")
-    return RemoteImage(ref, doc.digest, descriptor["digest"], labels,
+    return RemoteImage(ref, doc.digest, config_digest, labels,
                        image_rules.env_dict(inner.get("Env")), layers)
 
 

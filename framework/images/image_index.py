@@ -161,8 +161,9 @@ def read_config(client: RegistryClient, ref: ImageRef, variant: Variant, what: s
     return config_cuda(client, ref, data, what)
 
 
-def config_cuda(client: RegistryClient, ref: ImageRef, manifest: Mapping[str, Any],
-                what: str) -> Optional[str]:
+def fetch_config(client: RegistryClient, ref: ImageRef, manifest: Mapping[str, Any],
+                 what: str) -> Tuple[str, dict]:
+    """The digest and the JSON object of the image config a manifest names."""
     descriptor = manifest.get("config")
     if not isinstance(descriptor, dict) or not isinstance(descriptor.get("digest"), str) \
             or not DIGEST.fullmatch(descriptor["digest"]):
@@ -173,6 +174,12 @@ def config_cuda(client: RegistryClient, ref: ImageRef, manifest: Mapping[str, An
         raise InvalidImage(f"{what}: its config is not JSON ({e})") from None
     if not isinstance(config, dict):
         raise InvalidImage(f"{what}: its config is not a JSON object")
+    return descriptor["digest"], config
+
+
+def config_cuda(client: RegistryClient, ref: ImageRef, manifest: Mapping[str, Any],
+                what: str) -> Optional[str]:
+    _, config = fetch_config(client, ref, manifest, what)
     for key, wanted in (("os", OS), ("architecture", ARCHITECTURE)):
         if config.get(key) not in (None, wanted):
             raise InvalidImage(f"{what}: its config is for {key} {config.get(key)!r}, "
